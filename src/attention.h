@@ -1,0 +1,15 @@
+/* attention: the one attention kernel of the quality path, shared by the reference and every method.
+ *
+ * T tokens (rows of K and V that take part), D head dim. K is (T, D), V is (T, D), q is (D,), out is (D,),
+ * w is (T,). Computes, as numpy would: s = (K @ q) / sqrt(D); w = exp(s - max(s)); w = w / sum(w);
+ * out = w @ V. Double precision through OpenBLAS (dgemv), numpy's pairwise sum for sum(w).
+ * Pure: no allocation; T >= 1.
+ */
+#ifndef KVC_ATTENTION_H
+#define KVC_ATTENTION_H
+
+#include <stddef.h>
+
+void attn_forward(double *out, double *w, const double *q, const double *K, const double *V, size_t T, size_t D);
+
+#endif

@@ -1,0 +1,718 @@
+/* config: parse, override, validate and expand a kvc experiment config (format v1, see README.md).
+ *
+ * This file is the only user of cJSON. Validation walks the JSON tree with the JSON path of every node
+ * in hand, so each message names where the problem is. Paths use the same dotted form as --set
+ * ("experiments.0.bits"), so a user can paste a path from an error into --set.
+ */
+#include "config.h"
+#include "util.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Ctx {
+    const char *file;    /* for messages */
+} Ctx;
+
+/* ---- messages ---- */
+
+/* Compact JSON of a node, shortened to about 60 characters for a message. */
+static void describe(char *buf, size_t cap, const cJSON *node)
+{
+    if (!node) {
+        snprintf(buf, cap, "nothing");
+        return;
+    }
+    char *s = cJSON_PrintUnformatted(node);
+    if (!s) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    if (strlen(s) > 60)
+        snprintf(buf, cap, "%.57s...", s);
+    else
+        snprintf(buf, cap, "%s", s);
+    cJSON_free(s);
+}
+
+static int bad(const Ctx *c, const char *path, const cJSON *got, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int bad(const Ctx *c, const char *path, const cJSON *got, const char *fmt, ...)
+{
+    char what[512], val[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    describe(val, sizeof val, got);
+    return kvc_fail("%s: %s: %s (got %s)", c->file, path, what, val);
+}
+
+static const char *nearest(const char *word, const char *const *choices)
+{
+    const char *best = choices[0];
+    size_t bd = (size_t)-1;
+    for (size_t i = 0; choices[i]; i++) {
+        size_t d = edit_distance(word, choices[i]);
+        if (d < bd) { bd = d; best = choices[i]; }
+    }
+    return best;
+}
+
+static void join_path(char *out, size_t cap, const char *parent, const char *key)
+{
+    if (parent[0])
+        snprintf(out, cap, "%s.%s", parent, key);
+    else
+        snprintf(out, cap, "%s", key);
+}
+
+/* Every key of obj must be in allowed; no key may appear twice. */
+static int check_keys(const Ctx *c, const cJSON *obj, const char *path, const char *const *allowed)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        char p[256];
+        join_path(p, sizeof p, path, it->string);
+        int ok = 0;
+        for (size_t i = 0; allowed[i]; i++)
+            if (strcmp(allowed[i], it->string) == 0) ok = 1;
+        if (!ok) {
+            cJSON name = {0};
+            name.type = cJSON_String;
+            name.valuestring = it->string;
+            return bad(c, p, &name, "unknown key; did you mean \"%s\"?", nearest(it->string, allowed));
+        }
+        for (const cJSON *jt = it->next; jt; jt = jt->next)
+            if (strcmp(jt->string, it->string) == 0)
+                return bad(c, p, jt, "key appears twice in the same object");
+    }
+    return 0;
+}
+
+/* ---- typed getters: node may be NULL (absent) ---- */
+
+static int get_int(const Ctx *c, const cJSON *node, const char *path, long lo, long hi, long *out)
+{
+    if (!cJSON_IsNumber(node)) return bad(c, path, node, "must be an integer in %ld..%ld", lo, hi);
+    double v = node->valuedouble;
+    if (!isfinite(v) || v != floor(v)) return bad(c, path, node, "must be an integer in %ld..%ld", lo, hi);
+    if (v < (double)lo || v > (double)hi) return bad(c, path, node, "must be in %ld..%ld", lo, hi);
+    *out = (long)v;
+    return 0;
+}
+
+static int get_num(const Ctx *c, const cJSON *node, const char *path, double lo, double hi, double *out)
+{
+    if (!cJSON_IsNumber(node) || !isfinite(node->valuedouble))
+        return bad(c, path, node, "must be a finite number");
+    if (node->valuedouble < lo || node->valuedouble > hi) return bad(c, path, node, "must be in %g..%g", lo, hi);
+    *out = node->valuedouble;
+    return 0;
+}
+
+static int get_choice(const Ctx *c, const cJSON *node, const char *path, const char *const *choices, long *out)
+{
+    char list[256] = "";
+    for (size_t i = 0; choices[i]; i++) {
+        strncat(list, i ? ", \"" : "\"", sizeof list - strlen(list) - 1);
+        strncat(list, choices[i], sizeof list - strlen(list) - 1);
+        strncat(list, "\"", sizeof list - strlen(list) - 1);
+    }
+    if (!cJSON_IsString(node)) return bad(c, path, node, "must be one of %s", list);
+    for (size_t i = 0; choices[i]; i++)
+        if (strcmp(node->valuestring, choices[i]) == 0) {
+            *out = (long)i;
+            return 0;
+        }
+    return bad(c, path, node, "must be one of %s; did you mean \"%s\"?", list, nearest(node->valuestring, choices));
+}
+
+static const cJSON *member(const cJSON *obj, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+static int need_object(const Ctx *c, const cJSON *node, const char *path)
+{
+    if (!cJSON_IsObject(node)) return bad(c, path, node, node ? "must be an object" : "missing required object");
+    return 0;
+}
+
+/* Optional number with a default. */
+static int opt_num(const Ctx *c, const cJSON *obj, const char *path, const char *key, double lo, double hi,
+                   double def, double *out)
+{
+    const cJSON *n = member(obj, key);
+    if (!n) {
+        *out = def;
+        return 0;
+    }
+    char p[256];
+    join_path(p, sizeof p, path, key);
+    return get_num(c, n, p, lo, hi, out);
+}
+
+static int req_int(const Ctx *c, const cJSON *obj, const char *path, const char *key, long lo, long hi, long *out)
+{
+    char p[256];
+    join_path(p, sizeof p, path, key);
+    const cJSON *n = member(obj, key);
+    if (!n) return bad(c, p, NULL, "missing required key (an integer in %ld..%ld)", lo, hi);
+    return get_int(c, n, p, lo, hi, out);
+}
+
+/* ---- seed ---- */
+
+static int parse_seed(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    if (!node) {
+        cfg->seed = xstrdup("0");
+        return 0;
+    }
+    if (cJSON_IsNumber(node)) {
+        double v = node->valuedouble;
+        if (!isfinite(v) || v != floor(v) || v < 0 || v > 9007199254740992.0)
+            return bad(c, "seed", node,
+                       "must be an integer in 0..2^53 as a JSON number, or a decimal string for larger seeds");
+        char buf[32];
+        snprintf(buf, sizeof buf, "%.0f", v);
+        cfg->seed = xstrdup(buf);
+        return 0;
+    }
+    if (cJSON_IsString(node)) {
+        const char *s = node->valuestring;
+        int ok = s[0] != '\0';
+        for (const char *p = s; *p; p++)
+            if (*p < '0' || *p > '9') ok = 0;
+        if (!ok) return bad(c, "seed", node, "a seed string must be a non-negative decimal integer");
+        cfg->seed = xstrdup(s);
+        return 0;
+    }
+    return bad(c, "seed", node, "must be a non-negative integer (number or decimal string)");
+}
+
+/* ---- data ---- */
+
+static int parse_outliers(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    const char *path = "data.keys.outliers";
+    if (!cJSON_IsArray(node)) return bad(c, path, node, "must be a list of {\"channel\": c, \"scale\": s}");
+    size_t n = (size_t)cJSON_GetArraySize(node);
+    cfg->outliers = xcalloc(n, sizeof *cfg->outliers);
+    static const char *const keys[] = {"channel", "scale", NULL};
+    size_t i = 0;
+    for (const cJSON *it = node->child; it; it = it->next, i++) {
+        char p[64];
+        snprintf(p, sizeof p, "%s.%zu", path, i);
+        if (need_object(c, it, p) || check_keys(c, it, p, keys)) return -1;
+        long ch;
+        if (req_int(c, it, p, "channel", 0, (long)cfg->dims.D - 1, &ch)) return -1;
+        for (size_t j = 0; j < i; j++)
+            if (cfg->outliers[j].channel == (size_t)ch) {
+                char pc[96];
+                join_path(pc, sizeof pc, p, "channel");
+                return bad(c, pc, member(it, "channel"), "channel already listed at %s.%zu", path, j);
+            }
+        char ps[96];
+        join_path(ps, sizeof ps, p, "scale");
+        if (!member(it, "scale")) return bad(c, ps, NULL, "missing required key (a finite number)");
+        if (get_num(c, member(it, "scale"), ps, -HUGE_VAL, HUGE_VAL, &cfg->outliers[i].scale)) return -1;
+        cfg->outliers[i].channel = (size_t)ch;
+        cfg->n_outliers = i + 1;
+    }
+    return 0;
+}
+
+static int parse_keys(const Ctx *c, Config *cfg, const cJSON *keys)
+{
+    static const char *const normal_keys[] = {"generator", "outliers", NULL};
+    static const char *const lowrank_keys[] = {"generator", "rank", "scale", "noise", "outliers", NULL};
+    static const char *const gens[] = {"normal", "lowrank", NULL};
+    if (need_object(c, keys, "data.keys")) return -1;
+    const cJSON *g = member(keys, "generator");
+    if (!g) return bad(c, "data.keys.generator", NULL, "missing required key (\"normal\" or \"lowrank\")");
+    long gi;
+    if (get_choice(c, g, "data.keys.generator", gens, &gi)) return -1;
+    cfg->keys_gen = gi == 0 ? KEYS_NORMAL : KEYS_LOWRANK;
+    if (check_keys(c, keys, "data.keys", gi == 0 ? normal_keys : lowrank_keys)) return -1;
+    if (cfg->keys_gen == KEYS_LOWRANK) {
+        long r;
+        if (req_int(c, keys, "data.keys", "rank", 1, (long)CONFIG_MAX_HEAD_DIM, &r)) return -1;
+        size_t n;
+        if (size_mul(cfg->dims.T, (size_t)r, &n) || n > CONFIG_MAX_NUMBERS ||
+            size_mul((size_t)r, cfg->dims.D, &n) || n > CONFIG_MAX_NUMBERS)
+            return bad(c, "data.keys.rank", member(keys, "rank"),
+                       "tokens x rank and rank x head_dim must each be at most %lu numbers", CONFIG_MAX_NUMBERS);
+        cfg->keys_rank = (size_t)r;
+        if (opt_num(c, keys, "data.keys", "scale", -HUGE_VAL, HUGE_VAL, 1.0, &cfg->keys_scale)) return -1;
+        if (opt_num(c, keys, "data.keys", "noise", 0.0, HUGE_VAL, 0.0, &cfg->keys_noise)) return -1;
+    }
+    const cJSON *o = member(keys, "outliers");
+    if (o && parse_outliers(c, cfg, o)) return -1;
+    return 0;
+}
+
+static int parse_data(const Ctx *c, Config *cfg, const cJSON *data)
+{
+    static const char *const keys[] = {"tokens", "head_dim", "keys", "values", "query", NULL};
+    if (need_object(c, data, "data") || check_keys(c, data, "data", keys)) return -1;
+    long T, D;
+    if (req_int(c, data, "data", "tokens", 1, (long)CONFIG_MAX_TOKENS, &T)) return -1;
+    if (req_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, &D)) return -1;
+    if ((unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
+        return bad(c, "data.tokens", member(data, "tokens"),
+                   "tokens x head_dim = %ld x %ld exceeds the limit of %lu numbers per tensor", T, D,
+                   CONFIG_MAX_NUMBERS);
+    cfg->dims.T = (size_t)T;
+    cfg->dims.D = (size_t)D;
+
+    if (parse_keys(c, cfg, member(data, "keys"))) return -1;
+
+    const cJSON *v = member(data, "values");
+    if (v) {
+        static const char *const vkeys[] = {"generator", NULL};
+        static const char *const gens[] = {"normal", NULL};
+        long gi;
+        if (need_object(c, v, "data.values") || check_keys(c, v, "data.values", vkeys)) return -1;
+        if (!member(v, "generator")) return bad(c, "data.values.generator", NULL, "missing required key (\"normal\")");
+        if (get_choice(c, member(v, "generator"), "data.values.generator", gens, &gi)) return -1;
+        cfg->dims.has_values = 1;
+    }
+
+    const cJSON *q = member(data, "query");
+    if (q) {
+        static const char *const qkeys[] = {"generator", "token", "weight", "noise", NULL};
+        static const char *const gens[] = {"look_back", NULL};
+        long gi, tok;
+        if (need_object(c, q, "data.query") || check_keys(c, q, "data.query", qkeys)) return -1;
+        if (!member(q, "generator")) return bad(c, "data.query.generator", NULL, "missing required key (\"look_back\")");
+        if (get_choice(c, member(q, "generator"), "data.query.generator", gens, &gi)) return -1;
+        if (!v) return bad(c, "data.query", q, "a query needs data.values (attention reads V)");
+        if (req_int(c, q, "data.query", "token", 0, T - 1, &tok)) return -1;
+        cfg->q_token = (size_t)tok;
+        if (opt_num(c, q, "data.query", "weight", -HUGE_VAL, HUGE_VAL, 1.0, &cfg->q_weight)) return -1;
+        if (opt_num(c, q, "data.query", "noise", 0.0, HUGE_VAL, 0.0, &cfg->q_noise)) return -1;
+        cfg->dims.has_query = 1;
+    }
+    return 0;
+}
+
+/* ---- experiments ---- */
+
+/* One method parameter of an experiment object: its values (a scalar is a list of one). */
+typedef struct Axis {
+    int param;            /* index in method->params */
+    const cJSON *node;    /* the value or the list */
+    int is_list;
+    size_t n;
+} Axis;
+
+static int param_value(const Ctx *c, const ParamDesc *pd, const cJSON *v, const char *path, long *out)
+{
+    if (pd->kind == PARAM_ENUM) return get_choice(c, v, path, pd->choices, out);
+    return get_int(c, v, path, pd->lo, pd->hi, out);
+}
+
+static void format_value(char *buf, size_t cap, const ParamDesc *pd, long v)
+{
+    if (pd->kind == PARAM_ENUM)
+        snprintf(buf, cap, "%s", pd->choices[v]);
+    else
+        snprintf(buf, cap, "%ld", v);
+}
+
+/* Appends s to the growing string (*buf, *len, *cap). */
+static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*len + n + 1) * 2;
+        char *nb = xmalloc(nc);
+        memcpy(nb, *buf, *len);
+        free(*buf);
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+/* Fills `{name}` placeholders of tmpl with the experiment's values. */
+static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, const Experiment *ex, char **out)
+{
+    const char *tmpl = label_node->valuestring;
+    size_t len = 0, cap = strlen(tmpl) + 16;
+    char *buf = xmalloc(cap);
+    buf[0] = '\0';
+    for (const char *p = tmpl; *p;) {
+        const char *close = p[0] == '{' ? strchr(p, '}') : NULL;
+        if (close) {
+            char name[64];
+            size_t n = (size_t)(close - p - 1);
+            int ident = n > 0 && n < sizeof name;
+            for (size_t i = 0; ident && i < n; i++) {
+                char ch = p[1 + i];
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_'))
+                    ident = 0;
+            }
+            if (ident) {
+                memcpy(name, p + 1, n);
+                name[n] = '\0';
+                int pi = method_param_index(ex->method, name);
+                if (pi < 0) {
+                    const char *names[METHOD_MAX_PARAMS + 1];
+                    for (size_t i = 0; i < ex->method->n_params; i++) names[i] = ex->method->params[i].name;
+                    names[ex->method->n_params] = NULL;
+                    free(buf);
+                    return bad(c, path, label_node, "unknown placeholder {%s}; %s has %s%s%s", name,
+                               ex->method->name, names[0] ? "{" : "no parameters", names[0] ? nearest(name, names) : "",
+                               names[0] ? "}, ..." : "");
+                }
+                char val[64];
+                format_value(val, sizeof val, &ex->method->params[pi], ex->p[pi]);
+                append(&buf, &len, &cap, val, strlen(val));
+                p = close + 1;
+                continue;
+            }
+        }
+        append(&buf, &len, &cap, p, 1);
+        p++;
+    }
+    *out = buf;
+    return 0;
+}
+
+/* Default label: "method key=value ..." for the keys the experiment object gives. */
+static char *default_label(const Experiment *ex, const Axis *axes, size_t n_axes)
+{
+    size_t len = 0, cap = 64;
+    char *buf = xmalloc(cap);
+    buf[0] = '\0';
+    append(&buf, &len, &cap, ex->method->name, strlen(ex->method->name));
+    for (size_t a = 0; a < n_axes; a++) {
+        const ParamDesc *pd = &ex->method->params[axes[a].param];
+        char part[128], val[64];
+        format_value(val, sizeof val, pd, ex->p[axes[a].param]);
+        snprintf(part, sizeof part, " %s=%s", pd->name, val);
+        append(&buf, &len, &cap, part, strlen(part));
+    }
+    return buf;
+}
+
+/* Validates experiment object `e` (index ei) and appends its grid points to cfg->exps. */
+static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t ei, size_t *cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "experiments.%zu", ei);
+    if (need_object(c, e, path)) return -1;
+
+    char mpath[96];
+    join_path(mpath, sizeof mpath, path, "method");
+    const cJSON *mnode = member(e, "method");
+    const char *names[64];
+    size_t nn = 0;
+    for (size_t i = 0; i < method_count && nn < 63; i++) names[nn++] = method_registry[i]->name;
+    names[nn] = NULL;
+    if (!mnode) return bad(c, mpath, NULL, "missing required key (a method name; see `kvc methods`)");
+    if (!cJSON_IsString(mnode)) return bad(c, mpath, mnode, "must be a method name string (see `kvc methods`)");
+    const MethodDesc *m = method_find(mnode->valuestring);
+    if (!m) return bad(c, mpath, mnode, "unknown method; did you mean \"%s\"? (see `kvc methods`)",
+                       nearest(mnode->valuestring, names));
+
+    /* allowed keys: label, method and the method's parameters */
+    const char *allowed[METHOD_MAX_PARAMS + 3];
+    size_t na = 0;
+    allowed[na++] = "label";
+    allowed[na++] = "method";
+    for (size_t i = 0; i < m->n_params; i++) allowed[na++] = m->params[i].name;
+    allowed[na] = NULL;
+    if (check_keys(c, e, path, allowed)) return -1;
+
+    const cJSON *label = member(e, "label");
+    char lpath[96];
+    join_path(lpath, sizeof lpath, path, "label");
+    if (label && !cJSON_IsString(label)) return bad(c, lpath, label, "must be a string");
+
+    /* the grid axes, in the object's key order; values are validated here, once each */
+    Axis axes[METHOD_MAX_PARAMS];
+    size_t n_axes = 0, rows = 1;
+    for (const cJSON *it = e->child; it; it = it->next) {
+        int pi = method_param_index(m, it->string);
+        if (pi < 0) continue;
+        Axis *ax = &axes[n_axes++];
+        ax->param = pi;
+        ax->node = it;
+        ax->is_list = cJSON_IsArray(it);
+        ax->n = ax->is_list ? (size_t)cJSON_GetArraySize(it) : 1;
+        char ppath[128];
+        join_path(ppath, sizeof ppath, path, it->string);
+        if (ax->is_list && ax->n == 0) return bad(c, ppath, it, "a list of values must not be empty");
+        size_t k = 0;
+        for (const cJSON *v = ax->is_list ? it->child : it; v; v = ax->is_list ? v->next : NULL, k++) {
+            char vpath[160];
+            if (ax->is_list)
+                snprintf(vpath, sizeof vpath, "%s.%zu", ppath, k);
+            else
+                snprintf(vpath, sizeof vpath, "%s", ppath);
+            long tmp;
+            if (cJSON_IsArray(v)) return bad(c, vpath, v, "lists of lists are not allowed");
+            if (param_value(c, &m->params[pi], v, vpath, &tmp)) return -1;
+        }
+        if (size_mul(rows, ax->n, &rows) || rows > CONFIG_MAX_ROWS)
+            return bad(c, ppath, it, "the experiment grid would exceed %lu rows", CONFIG_MAX_ROWS);
+    }
+    for (size_t i = 0; i < m->n_params; i++) {
+        int given = 0;
+        for (size_t a = 0; a < n_axes; a++) given |= axes[a].param == (int)i;
+        if (!given && m->params[i].def == PARAM_REQUIRED) {
+            char ppath[128];
+            join_path(ppath, sizeof ppath, path, m->params[i].name);
+            return bad(c, ppath, NULL, "missing required parameter of %s: %s", m->name, m->params[i].help);
+        }
+    }
+    if (m->needs_query && !cfg->dims.has_query)
+        return bad(c, mpath, mnode, "this method looks at the query's attention; add data.query");
+    size_t total;
+    if (size_add(cfg->n_exps, rows, &total) || total > CONFIG_MAX_ROWS)
+        return bad(c, path, NULL, "the expanded experiments would exceed %lu rows", CONFIG_MAX_ROWS);
+
+    for (size_t r = 0; r < rows; r++) {
+        if (cfg->n_exps == *cap) {
+            size_t nc = *cap ? *cap * 2 : 16;
+            Experiment *ne = xcalloc(nc, sizeof *ne);
+            if (cfg->n_exps) memcpy(ne, cfg->exps, cfg->n_exps * sizeof *ne);
+            free(cfg->exps);
+            cfg->exps = ne;
+            *cap = nc;
+        }
+        Experiment *ex = &cfg->exps[cfg->n_exps];
+        memset(ex, 0, sizeof *ex);
+        ex->method = m;
+        ex->src = ei;
+        for (size_t i = 0; i < m->n_params; i++) {
+            ex->p[i] = m->params[i].def;
+            ex->pos[i] = POS_DEFAULT;
+        }
+        /* mixed-radix decode of r, the last axis varying fastest */
+        size_t rest = r;
+        for (size_t a = n_axes; a-- > 0;) {
+            size_t k = rest % axes[a].n;
+            rest /= axes[a].n;
+            const cJSON *v = axes[a].is_list ? cJSON_GetArrayItem(axes[a].node, (int)k) : axes[a].node;
+            long val;
+            int rc = param_value(c, &m->params[axes[a].param], v, "", &val);
+            (void)rc; /* validated above */
+            ex->p[axes[a].param] = val;
+            ex->pos[axes[a].param] = axes[a].is_list ? (int)k : POS_SCALAR;
+        }
+        if (m->check && m->check(ex, &cfg->dims)) {
+            /* prefix the file name: method checks know only the JSON path */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+            return kvc_fail("%s: %s", c->file, msg);
+        }
+        if (label) {
+            if (fill_label(c, lpath, label, ex, &ex->label)) return -1;
+        } else {
+            ex->label = default_label(ex, axes, n_axes);
+        }
+        cfg->n_exps++;
+    }
+    return 0;
+}
+
+static int parse_experiments(const Ctx *c, Config *cfg, const cJSON *list)
+{
+    if (!list) return bad(c, "experiments", NULL, "missing required list of experiments");
+    if (!cJSON_IsArray(list)) return bad(c, "experiments", list, "must be a list of experiment objects");
+    if (!list->child) return bad(c, "experiments", list, "the list of experiments is empty");
+    size_t cap = 0, i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++)
+        if (expand_experiment(c, cfg, e, i, &cap)) return -1;
+    return 0;
+}
+
+/* ---- --set PATH=JSON ---- */
+
+static int apply_set(cJSON *root, const char *arg)
+{
+    char where[256];
+    snprintf(where, sizeof where, "--set %s", arg);
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) return kvc_fail("%s: expected PATH=JSON, e.g. --set data.tokens=20 (got \"%s\")", where, arg);
+    size_t plen = (size_t)(eq - arg);
+    char *path = xmalloc(plen + 1);
+    memcpy(path, arg, plen);
+    path[plen] = '\0';
+    cJSON *value = cJSON_Parse(eq + 1);
+    if (!value) {
+        free(path);
+        return kvc_fail("%s: the value is not valid JSON; strings need quotes, e.g. '\"channel\"' (got %s)", where,
+                        eq + 1);
+    }
+    cJSON *node = root;
+    char *seg = path, *next;
+    int rc = 0;
+    for (;; seg = next + 1) {
+        next = strchr(seg, '.');
+        if (next) *next = '\0';
+        if (!*seg) {
+            rc = kvc_fail("%s: empty component in the path (got \"%.*s\")", where, (int)plen, arg);
+            break;
+        }
+        cJSON *child;
+        if (cJSON_IsArray(node)) {
+            char *end;
+            errno = 0;
+            unsigned long idx = strtoul(seg, &end, 10);
+            int size = cJSON_GetArraySize(node);
+            if (*end || seg[0] < '0' || seg[0] > '9' || errno || idx >= (unsigned long)size) {
+                rc = kvc_fail("%s: %s is not an index of a list of %d (got \"%s\")", where, seg, size, seg);
+                break;
+            }
+            if (!next) {
+                cJSON_ReplaceItemInArray(node, (int)idx, value);
+                value = NULL;
+                break;
+            }
+            child = cJSON_GetArrayItem(node, (int)idx);
+        } else if (cJSON_IsObject(node)) {
+            child = cJSON_GetObjectItemCaseSensitive(node, seg);
+            if (!next) {
+                if (child)
+                    cJSON_ReplaceItemInObjectCaseSensitive(node, seg, value);
+                else
+                    cJSON_AddItemToObject(node, seg, value);
+                value = NULL;
+                break;
+            }
+            if (!child) {
+                const char *keys[256];
+                size_t n = 0;
+                for (cJSON *it = node->child; it && n < 255; it = it->next) keys[n++] = it->string;
+                keys[n] = NULL;
+                if (n)
+                    rc = kvc_fail("%s: no key \"%s\" here; did you mean \"%s\"? (got \"%s\")", where, seg,
+                                  nearest(seg, keys), seg);
+                else
+                    rc = kvc_fail("%s: no key \"%s\" here, the object is empty (got \"%s\")", where, seg, seg);
+                break;
+            }
+        } else {
+            rc = kvc_fail("%s: cannot descend into a number, string or null at \"%s\" (got \"%s\")", where, seg, seg);
+            break;
+        }
+        node = child;
+    }
+    cJSON_Delete(value);
+    free(path);
+    return rc;
+}
+
+/* ---- entry points ---- */
+
+static void position(const char *text, size_t offset, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < offset && text[i]; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+int config_parse(Config *cfg, const char *name, const char *text, size_t len, char *const *sets, size_t n_sets)
+{
+    memset(cfg, 0, sizeof *cfg);
+    Ctx c = {name};
+    if (memchr(text, '\0', len)) {
+        const char *z = memchr(text, '\0', len);
+        int line, col;
+        position(text, (size_t)(z - text), &line, &col);
+        return kvc_fail("%s:%d:%d: malformed JSON: a NUL byte in the file (got byte 0x00)", name, line, col);
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root || (end && (size_t)(end - text) < len && strspn(end, " \t\r\n") != len - (size_t)(end - text))) {
+        const char *at = root ? end : cJSON_GetErrorPtr();
+        size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
+        int line, col;
+        position(text, off, &line, &col);
+        char got[40];
+        size_t k = 0;
+        for (size_t i = off; i < len && k < 20 && text[i] != '\n' && text[i] != '\r'; i++) got[k++] = text[i];
+        got[k] = '\0';
+        cJSON_Delete(root);
+        if (off >= len)
+            return kvc_fail("%s:%d:%d: malformed JSON: unexpected end of file (got end of file)", name, line, col);
+        return kvc_fail("%s:%d:%d: malformed JSON %s (got \"%s\")", name, line, col,
+                        root ? "after the end of the document" : "here", got);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n_sets && rc == 0; i++) rc = apply_set(root, sets[i]);
+    if (rc == 0) {
+        static const char *const top[] = {"seed", "data", "experiments", NULL};
+        if (!cJSON_IsObject(root))
+            rc = bad(&c, "(top level)", root, "the config must be a JSON object");
+        else if (check_keys(&c, root, "", top) || parse_seed(&c, cfg, member(root, "seed")) ||
+                 parse_data(&c, cfg, member(root, "data")) || parse_experiments(&c, cfg, member(root, "experiments")))
+            rc = -1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets)
+{
+    memset(cfg, 0, sizeof *cfg);
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvc_fail("%s: cannot open the config (got %s)", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (len == cap) {
+            if (cap >= (64u << 20)) {
+                fclose(f);
+                free(buf);
+                return kvc_fail("%s: the config is larger than 64 MiB (got more than %zu bytes)", path, cap);
+            }
+            char *nb = xmalloc(cap * 2);
+            memcpy(nb, buf, len);
+            free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return kvc_fail("%s: read error (got %s)", path, strerror(errno));
+    }
+    int rc = config_parse(cfg, path, buf, len, sets, n_sets);
+    free(buf);
+    return rc;
+}
+
+void config_free(Config *cfg)
+{
+    if (!cfg) return;
+    free(cfg->seed);
+    free(cfg->outliers);
+    for (size_t i = 0; i < cfg->n_exps; i++) free(cfg->exps[i].label);
+    free(cfg->exps);
+    memset(cfg, 0, sizeof *cfg);
+}

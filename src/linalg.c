@@ -1,0 +1,81 @@
+/* linalg: thin wrappers over OpenBLAS and LAPACKE that reproduce numpy's choices of routine. */
+#include "linalg.h"
+#include "util.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+static int to_int(size_t n)
+{
+    /* Sizes reach here only after the config checks (tokens x head_dim bounded), so this holds. */
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+void la_init(void) { openblas_set_num_threads(1); }
+
+void la_matmul(double *C, const double *A, const double *B, size_t M, size_t K, size_t N)
+{
+    if (M == 0 || N == 0) return;
+    if (K == 0) { memset(C, 0, M * N * sizeof *C); return; }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_int(M), to_int(N), to_int(K), 1.0,
+                A, to_int(K), B, to_int(N), 0.0, C, to_int(N));
+}
+
+void la_matvec(double *y, const double *A, const double *x, size_t M, size_t N)
+{
+    if (M == 0) return;
+    if (N == 0) { memset(y, 0, M * sizeof *y); return; }
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, to_int(M), to_int(N), 1.0, A, to_int(N), x, 1, 0.0, y, 1);
+}
+
+void la_vecmat(double *y, const double *x, const double *A, size_t M, size_t N)
+{
+    if (N == 0) return;
+    if (M == 0) { memset(y, 0, N * sizeof *y); return; }
+    cblas_dgemv(CblasRowMajor, CblasTrans, to_int(M), to_int(N), 1.0, A, to_int(N), x, 1, 0.0, y, 1);
+}
+
+double la_norm(const double *x, size_t n)
+{
+    if (n == 0) return 0.0;
+    return sqrt(cblas_ddot(to_int(n), x, 1, x, 1));
+}
+
+/* numpy's pairwise_sum: blocks of up to 128 summed with 8 accumulators, halves above that. */
+double la_sum(const double *x, size_t n)
+{
+    if (n < 8) {
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++) s += x[i];
+        return s;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = x[j];
+        size_t i;
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += x[i + (size_t)j];
+        double s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) s += x[i];
+        return s;
+    }
+    size_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return la_sum(x, n2) + la_sum(x + n2, n - n2);
+}
+
+int la_svd(double *U, double *S, double *Vt, const double *A, size_t M, size_t N)
+{
+    size_t R = M < N ? M : N;
+    double *work = xmalloc(M * N * sizeof *work);
+    memcpy(work, A, M * N * sizeof *work);
+    lapack_int info = LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', (lapack_int)M, (lapack_int)N, work, (lapack_int)N,
+                                     S, U, (lapack_int)R, Vt, (lapack_int)N);
+    free(work);
+    if (info != 0)
+        return kvc_fail("svd: LAPACKE_dgesdd failed on a %zu x %zu matrix (got info %d)", M, N, (int)info);
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* linalg: the double-precision building blocks of the quality path, called the way numpy calls them.
+ *
+ * All matrices are row-major (C order) and contiguous. M, N, K name the dimensions of each product.
+ * Products go through OpenBLAS (cblas_dgemm / cblas_dgemv) and the SVD through LAPACKE_dgesdd, because
+ * numpy uses the same calls; norms are sqrt(cblas_ddot), as np.linalg.norm; sums of a vector follow numpy's
+ * pairwise summation (np.sum / ndarray.sum). No function here allocates except la_svd, which owns and
+ * frees its scratch.
+ */
+#ifndef KVC_LINALG_H
+#define KVC_LINALG_H
+
+#include <stddef.h>
+
+/* Pins OpenBLAS to one thread: results then do not depend on the machine's core count. */
+void la_init(void);
+
+/* C (M, N) = A (M, K) @ B (K, N) */
+void la_matmul(double *C, const double *A, const double *B, size_t M, size_t K, size_t N);
+/* y (M,) = A (M, N) @ x (N,) */
+void la_matvec(double *y, const double *A, const double *x, size_t M, size_t N);
+/* y (N,) = x (M,) @ A (M, N) */
+void la_vecmat(double *y, const double *x, const double *A, size_t M, size_t N);
+/* sqrt(x . x), as np.linalg.norm of a contiguous array */
+double la_norm(const double *x, size_t n);
+/* numpy's pairwise sum of x[0..n) */
+double la_sum(const double *x, size_t n);
+
+/* Thin SVD, as np.linalg.svd(A, full_matrices=False): A (M, N) = U (M, R) diag(S) Vt (R, N), R = min(M, N),
+ * S descending. A is not modified. Returns 0, or -1 with kvc_fail() set when LAPACK reports failure. */
+int la_svd(double *U, double *S, double *Vt, const double *A, size_t M, size_t N);
+
+#endif

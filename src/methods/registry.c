@@ -1,0 +1,77 @@
+/* registry: the table of methods, and the helpers every method shares. */
+#include "methods/methods.h"
+#include "util.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const MethodDesc *const method_registry[] = {
+    &method_quantize,
+    &method_sink_window,
+    &method_topk_attention,
+    &method_lowrank,
+};
+const size_t method_count = sizeof method_registry / sizeof method_registry[0];
+
+const char *const apply_to_choices[] = {"k", "v", "kv", NULL};
+
+const MethodDesc *method_find(const char *name)
+{
+    for (size_t i = 0; i < method_count; i++)
+        if (strcmp(method_registry[i]->name, name) == 0) return method_registry[i];
+    return NULL;
+}
+
+int method_param_index(const MethodDesc *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+long exp_param(const Experiment *ex, const char *name)
+{
+    int i = method_param_index(ex->method, name);
+    assert(i >= 0);
+    return ex->p[i];
+}
+
+const char *exp_param_str(const Experiment *ex, const char *name)
+{
+    int i = method_param_index(ex->method, name);
+    assert(i >= 0 && ex->method->params[i].kind == PARAM_ENUM);
+    return ex->method->params[i].choices[ex->p[i]];
+}
+
+const char *exp_param_path(const Experiment *ex, const char *name)
+{
+    static char buf[128];
+    int i = method_param_index(ex->method, name);
+    assert(i >= 0);
+    if (ex->pos[i] >= 0)
+        snprintf(buf, sizeof buf, "experiments.%zu.%s.%d", ex->src, name, ex->pos[i]);
+    else
+        snprintf(buf, sizeof buf, "experiments.%zu.%s%s", ex->src, name, ex->pos[i] == POS_DEFAULT ? " (default)" : "");
+    return buf;
+}
+
+int apply_to_check(const Experiment *ex, const Dims *d)
+{
+    int i = method_param_index(ex->method, "apply_to");
+    assert(i >= 0);
+    if (ex->p[i] != APPLY_K && !d->has_values)
+        return kvc_fail("%s: needs values in the cache; add data.values or use \"k\" (got \"%s\")",
+                        exp_param_path(ex, "apply_to"), apply_to_choices[ex->p[i]]);
+    return 0;
+}
+
+void compressed_free(Compressed *c)
+{
+    if (!c) return;
+    free(c->K);
+    free(c->V);
+    free(c->kept);
+    memset(c, 0, sizeof *c);
+}

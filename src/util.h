@@ -1,0 +1,40 @@
+/* util: the small things every module needs.
+ *
+ * Errors: bad input is reported by returning a status (-1) after kvc_fail() has formatted the one-line
+ * message "<where>: <what> (got <value>)" into a static buffer; only main prints it (as "kvc: ...")
+ * and turns it into exit code 2. Broken invariants are assert()s. Out of memory goes through xmalloc,
+ * which prints the size and aborts.
+ *
+ * Numbers: fmt_double prints the shortest decimal that reads back to the same double (round-trip exact).
+ * Sizes: size_mul/size_add are overflow-checked.
+ */
+#ifndef KVC_UTIL_H
+#define KVC_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVC_VERSION "0.1.0"
+
+/* Exit codes (documented in README and man/kvc.1). */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+void *xmalloc(size_t n);               /* never returns NULL; n == 0 allocates 1 byte */
+void *xcalloc(size_t count, size_t size);
+char *xstrdup(const char *s);
+
+/* Formats the current error message; always returns -1 so callers can `return kvc_fail(...)`. */
+int kvc_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *kvc_errmsg(void);
+
+/* Overflow-checked size arithmetic: return 0 and store the result, or -1 on overflow. */
+int size_mul(size_t a, size_t b, size_t *out);
+int size_add(size_t a, size_t b, size_t *out);
+
+/* Shortest round-trip decimal of x ("%.15g", "%.16g" or "%.17g", whichever reads back exactly). */
+void fmt_double(char *buf, size_t cap, double x);
+
+/* Levenshtein distance, for "did you mean" suggestions. */
+size_t edit_distance(const char *a, const char *b);
+
+#endif
