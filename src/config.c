@@ -646,6 +646,7 @@ int config_parse(Config *cfg, const char *name, const char *text, size_t len, ch
     if (!root || (end && (size_t)(end - text) < len && strspn(end, " \t\r\n") != len - (size_t)(end - text))) {
         const char *at = root ? end : cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
+        while (root && off < len && strchr(" \t\r\n", text[off])) off++;   /* to the trailing garbage */
         int line, col;
         position(text, off, &line, &col);
         char got[40];

@@ -1,0 +1,39 @@
+#!/bin/sh
+# make-results.sh: regenerates every file under results/ from ./kvc (run by `make results`).
+# What is committed in results/ is exactly what these commands print; tests/test_results.sh checks it.
+set -eu
+cd "$(dirname "$0")/.."
+KVC=${KVC:-./kvc}
+mkdir -p results
+
+write() {  # write FILE CMD...: the command's stdout, replaced atomically
+    out=$1; shift
+    "$@" > "$out.tmp"
+    mv "$out.tmp" "$out"
+    echo "wrote $out" >&2
+}
+
+# The lesson's size arithmetic (kv-cache-compression-lesson.txt, "What is the real saving?" and the running example).
+sizes() {
+    echo "# 32 layers x 32 KV heads x head dim 128, FP16: bytes per token"
+    $KVC size --layers 32 --kv-heads 32 --head-dim 128
+    echo
+    echo "# the legal-document assistant: 60,000 tokens"
+    $KVC size --layers 32 --kv-heads 32 --head-dim 128 --tokens 60000
+    echo
+    echo "# 8 KV heads (GQA) and an FP8 cache"
+    $KVC size --layers 32 --kv-heads 8 --head-dim 128 --tokens 60000 --k-bits 8 --v-bits 8
+    echo
+    echo "# one head at d = 64: FP16 baseline, rank-32 keys, INT8 values, INT8 both, rank-16 keys"
+    $KVC size --head-dim 64 --format csv
+    $KVC size --head-dim 64 --k-rank 32 --format csv | tail -n 1
+    $KVC size --head-dim 64 --v-bits 8 --format csv | tail -n 1
+    $KVC size --head-dim 64 --k-bits 8 --v-bits 8 --format csv | tail -n 1
+    $KVC size --head-dim 64 --k-rank 16 --format csv | tail -n 1
+}
+if [ "${1:-}" = "--print-size" ]; then sizes; exit 0; fi   # used by tests/test_results.sh
+write results/lesson.txt     $KVC run configs/lesson.json
+write results/lesson.csv     $KVC run configs/lesson.json --format csv
+write results/practice.txt   $KVC run configs/practice.json
+write results/practice.csv   $KVC run configs/practice.json --format csv
+write results/size.txt sizes

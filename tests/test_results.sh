@@ -1,0 +1,16 @@
+#!/bin/sh
+# test_results.sh: what is committed under results/ is exactly what the tool prints now.
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check NAME FILE CMD...
+    name=$1; file=$2; shift 2
+    "$@" > "$tmp/out" 2>"$tmp/err"
+    if cmp -s "$tmp/out" "$file"; then echo "PASS results-$name"
+    else echo "FAIL results-$name: $file differs from \`$*\` (run make results)"; fail=1; fi
+}
+check lesson-txt results/lesson.txt ./kvc run configs/lesson.json
+check lesson-csv results/lesson.csv ./kvc run configs/lesson.json --format csv
+check practice-txt results/practice.txt ./kvc run configs/practice.json
+check practice-csv results/practice.csv ./kvc run configs/practice.json --format csv
+check size results/size.txt scripts/make-results.sh --print-size
+exit $fail
