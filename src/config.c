@@ -28,6 +28,13 @@ static void describe(char *buf, size_t cap, const cJSON *node)
         snprintf(buf, cap, "nothing");
         return;
     }
+    if (cJSON_IsNumber(node)) { /* cJSON prints 15 digits when they are "close enough"; print the exact value */
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, cap, "%.*g", prec, node->valuedouble);
+            if (strtod(buf, NULL) == node->valuedouble) break;
+        }
+        return;
+    }
     char *s = cJSON_PrintUnformatted(node);
     if (!s) {
         snprintf(buf, cap, "?");
@@ -177,9 +184,10 @@ static int parse_seed(const Ctx *c, Config *cfg, const cJSON *node)
     }
     if (cJSON_IsNumber(node)) {
         double v = node->valuedouble;
-        if (!isfinite(v) || v != floor(v) || v < 0 || v > 9007199254740992.0)
+        /* 2^53 is excluded: 2^53 + 1 parses to the same double, so it would silently become another seed */
+        if (!isfinite(v) || v != floor(v) || v < 0 || v >= 9007199254740992.0)
             return bad(c, "seed", node,
-                       "must be an integer in 0..2^53 as a JSON number, or a decimal string for larger seeds");
+                       "must be an integer in 0..2^53-1 as a JSON number, or a decimal string for larger seeds");
         char buf[32];
         snprintf(buf, sizeof buf, "%.0f", v);
         cfg->seed = xstrdup(buf);
@@ -538,6 +546,149 @@ static int parse_experiments(const Ctx *c, Config *cfg, const cJSON *list)
     return 0;
 }
 
+/* ---- strict JSON syntax check (RFC 8259) ----
+ * cJSON is lenient ("1.", "01", "-.5", garbage after a --set value) and its error pointer is imprecise
+ * (one byte late after a bad string, the last byte for a truncated file). This check runs first and
+ * finds the exact offset of the first syntax error; cJSON then only builds the tree.
+ */
+
+enum { JSON_OK, JSON_BAD, JSON_EOF, JSON_TRAILING, JSON_DEEP };
+#define JSON_MAX_DEPTH 1000
+
+typedef struct JsonScan {
+    const char *s;
+    size_t n, i;
+} JsonScan;
+
+static void js_ws(JsonScan *j)
+{
+    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r'))
+        j->i++;
+}
+
+/* error kind at j->i: the end of the input or a bad byte */
+static int js_fail(const JsonScan *j)
+{
+    return j->i >= j->n ? JSON_EOF : JSON_BAD;
+}
+
+static int js_digits(JsonScan *j)
+{
+    if (j->i >= j->n || j->s[j->i] < '0' || j->s[j->i] > '9') return js_fail(j);
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') j->i++;
+    return JSON_OK;
+}
+
+static int js_value(JsonScan *j, int depth)
+{
+    js_ws(j);
+    if (j->i >= j->n) return JSON_EOF;
+    char ch = j->s[j->i];
+    if (ch == '{' || ch == '[') {
+        char close = ch == '{' ? '}' : ']';
+        if (depth >= JSON_MAX_DEPTH) return JSON_DEEP;
+        j->i++;
+        js_ws(j);
+        if (j->i < j->n && j->s[j->i] == close) {
+            j->i++;
+            return JSON_OK;
+        }
+        for (;;) {
+            int r;
+            if (ch == '{') {
+                js_ws(j);
+                if (j->i >= j->n || j->s[j->i] != '"') return js_fail(j);
+                if ((r = js_value(j, depth + 1)) != JSON_OK) return r;
+                js_ws(j);
+                if (j->i >= j->n || j->s[j->i] != ':') return js_fail(j);
+                j->i++;
+            }
+            if ((r = js_value(j, depth + 1)) != JSON_OK) return r;
+            js_ws(j);
+            if (j->i >= j->n) return JSON_EOF;
+            if (j->s[j->i] == close) {
+                j->i++;
+                return JSON_OK;
+            }
+            if (j->s[j->i] != ',') return JSON_BAD;
+            j->i++;
+        }
+    }
+    if (ch == '"') {
+        for (j->i++; j->i < j->n; j->i++) {
+            unsigned char c = (unsigned char)j->s[j->i];
+            if (c == '"') {
+                j->i++;
+                return JSON_OK;
+            }
+            if (c < 0x20) return JSON_BAD;
+            if (c == '\\') {
+                j->i++;
+                if (j->i >= j->n) return JSON_EOF;
+                if (j->s[j->i] == 'u') {
+                    for (int k = 0; k < 4; k++) {
+                        j->i++;
+                        if (j->i >= j->n) return JSON_EOF;
+                        char h = j->s[j->i];
+                        if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                            return JSON_BAD;
+                    }
+                } else if (!strchr("\"\\/bfnrt", j->s[j->i])) {
+                    j->i--; /* point at the backslash */
+                    return JSON_BAD;
+                }
+            }
+        }
+        return JSON_EOF;
+    }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        int r;
+        if (ch == '-') j->i++;
+        if (j->i < j->n && j->s[j->i] == '0') j->i++;
+        else if ((r = js_digits(j)) != JSON_OK) return r;
+        if (j->i < j->n && j->s[j->i] == '.') {
+            j->i++;
+            if ((r = js_digits(j)) != JSON_OK) return r;
+        }
+        if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
+            j->i++;
+            if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
+            if ((r = js_digits(j)) != JSON_OK) return r;
+        }
+        return JSON_OK;
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (size_t w = 0; w < 3; w++) {
+        size_t wl = strlen(words[w]);
+        if (ch != words[w][0]) continue;
+        for (size_t k = 0; k < wl; k++) {
+            if (j->i + k >= j->n) {
+                j->i = j->n;
+                return JSON_EOF;
+            }
+            if (j->s[j->i + k] != words[w][k]) return JSON_BAD; /* at the start of the word */
+        }
+        j->i += wl;
+        return JSON_OK;
+    }
+    return JSON_BAD;
+}
+
+/* Checks that text[0..len) is exactly one JSON value (with optional whitespace around it).
+ * Returns JSON_OK or an error kind, with *off the offset of the error (len for the end of the input). */
+static int json_check(const char *text, size_t len, size_t *off)
+{
+    JsonScan j = {text, len, 0};
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) j.i = 3; /* a UTF-8 byte order mark, as cJSON skips it */
+    int r = js_value(&j, 0);
+    if (r == JSON_OK) {
+        js_ws(&j);
+        if (j.i < len) r = JSON_TRAILING;
+    }
+    *off = j.i < len ? j.i : len;
+    return r;
+}
+
 /* ---- --set PATH=JSON ---- */
 
 static int apply_set(cJSON *root, const char *arg)
@@ -550,7 +701,8 @@ static int apply_set(cJSON *root, const char *arg)
     char *path = xmalloc(plen + 1);
     memcpy(path, arg, plen);
     path[plen] = '\0';
-    cJSON *value = cJSON_Parse(eq + 1);
+    size_t bad_at;
+    cJSON *value = json_check(eq + 1, strlen(eq + 1), &bad_at) == JSON_OK ? cJSON_Parse(eq + 1) : NULL;
     if (!value) {
         free(path);
         return kvc_fail("%s: the value is not valid JSON; strings need quotes, e.g. '\"channel\"' (got %s)", where,
@@ -641,23 +793,27 @@ int config_parse(Config *cfg, const char *name, const char *text, size_t len, ch
         position(text, (size_t)(z - text), &line, &col);
         return kvc_fail("%s:%d:%d: malformed JSON: a NUL byte in the file (got byte 0x00)", name, line, col);
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root || (end && (size_t)(end - text) < len && strspn(end, " \t\r\n") != len - (size_t)(end - text))) {
-        const char *at = root ? end : cJSON_GetErrorPtr();
-        size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
-        while (root && off < len && strchr(" \t\r\n", text[off])) off++;   /* to the trailing garbage */
+    size_t off;
+    int kind = json_check(text, len, &off);
+    cJSON *root = kind == JSON_OK ? cJSON_ParseWithLengthOpts(text, len, NULL, 0) : NULL;
+    if (!root) {
+        if (kind == JSON_OK) { /* passed the check but cJSON refused it (e.g. a bad \u surrogate) */
+            const char *at = cJSON_GetErrorPtr();
+            off = at && at >= text && at < text + len ? (size_t)(at - text) : len;
+        }
         int line, col;
         position(text, off, &line, &col);
         char got[40];
         size_t k = 0;
         for (size_t i = off; i < len && k < 20 && text[i] != '\n' && text[i] != '\r'; i++) got[k++] = text[i];
         got[k] = '\0';
-        cJSON_Delete(root);
-        if (off >= len)
+        if (kind == JSON_EOF || off >= len)
             return kvc_fail("%s:%d:%d: malformed JSON: unexpected end of file (got end of file)", name, line, col);
+        if (kind == JSON_DEEP)
+            return kvc_fail("%s:%d:%d: malformed JSON: nested deeper than %d levels (got \"%s\")", name, line, col,
+                            JSON_MAX_DEPTH, got);
         return kvc_fail("%s:%d:%d: malformed JSON %s (got \"%s\")", name, line, col,
-                        root ? "after the end of the document" : "here", got);
+                        kind == JSON_TRAILING ? "after the end of the document" : "here", got);
     }
     int rc = 0;
     for (size_t i = 0; i < n_sets && rc == 0; i++) rc = apply_set(root, sets[i]);

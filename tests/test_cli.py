@@ -1,0 +1,473 @@
+#!/usr/bin/python3
+"""test_cli.py: black-box golden tests of kvc's command line (in the style of zstd's cli-tests).
+
+Each case runs ./kvc and checks the exact exit status, stdout (empty for every error) and stderr.
+An error must be exactly one line, "kvc: <where>: <what> (got <value>)"; the cases check <where>
+(file name and JSON path, or file:LINE:COL for malformed JSON), key words of <what> and the got value.
+
+Run from the project root: /usr/bin/python3 tests/test_cli.py   (KVC=path overrides ./kvc)
+Prints "PASS <name>" / "FAIL <name>: <why>" per check; exits 1 if any check failed.
+Writes only inside a mktemp directory, removed at the end. Standard library only.
+"""
+import copy
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+KVC = os.environ.get("KVC", "./kvc")
+LESSON = "configs/lesson.json"
+PRACTICE = "configs/practice.json"
+ERR_RE = re.compile(r"^kvc: (.+): (.+) \(got (.*)\)$")
+
+failed = 0
+TMP = tempfile.mkdtemp(prefix="kvc-test-cli-")
+
+
+def report(name, why):
+    global failed
+    if why is None:
+        print("PASS %s" % name)
+    else:
+        failed += 1
+        print("FAIL %s: %s" % (name, why))
+
+
+def run(args, stdout_path=None):
+    """Runs kvc; returns (rc, stdout, stderr) as text."""
+    try:
+        if stdout_path:
+            with open(stdout_path, "wb") as fh:
+                p = subprocess.run([KVC] + args, stdout=fh, stderr=subprocess.PIPE, timeout=20)
+            return p.returncode, "", p.stderr.decode("utf-8", "replace")
+        p = subprocess.run([KVC] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+    except subprocess.TimeoutExpired:
+        return -1, "", "timed out"
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def write(name, content):
+    """Writes a file in the temp dir (str -> utf-8, bytes as is, dict/list -> JSON); returns its path."""
+    path = os.path.join(TMP, name)
+    if isinstance(content, (dict, list)):
+        content = json.dumps(content, indent=2) + "\n"
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    with open(path, "wb") as fh:
+        fh.write(content)
+    return path
+
+
+def load(path):
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def short(s, n=300):
+    s = repr(s)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def ok_case(name, args, stdout_has=(), stdout_re=None):
+    """Exit 0, non-empty stdout, empty stderr."""
+    rc, out, err = run(args)
+    why = None
+    if rc != 0:
+        why = "exit %d, want 0 (stderr %s)" % (rc, short(err))
+    elif err != "":
+        why = "stderr not empty: %s" % short(err)
+    elif out == "":
+        why = "stdout is empty"
+    elif stdout_re and not re.search(stdout_re, out):
+        why = "stdout does not match %r: %s" % (stdout_re, short(out))
+    else:
+        for s in stdout_has:
+            if s not in out:
+                why = "stdout lacks %r: %s" % (s, short(out))
+                break
+    report(name, why)
+    return out
+
+
+def err_case(name, args, where, what=(), got=None, rc_want=2):
+    """Exit rc_want, empty stdout, stderr exactly one line "kvc: WHERE: WHAT (got GOT)".
+    where: exact <where> (the text between "kvc: " and the next ": " that the message continues with);
+    what: substrings the message must contain; got: exact <value> inside "(got ...)", or None to skip."""
+    rc, out, err = run(args)
+    why = None
+    lines = err.split("\n")
+    if rc != rc_want:
+        why = "exit %d, want %d (stderr %s)" % (rc, rc_want, short(err))
+    elif out != "":
+        why = "stdout not empty: %s" % short(out)
+    elif not err.endswith("\n") or len(lines) != 2:
+        why = "stderr is not exactly one line: %s" % short(err)
+    else:
+        line = lines[0]
+        m = ERR_RE.match(line)
+        if not m:
+            why = "stderr does not match 'kvc: <where>: <what> (got <value>)': %s" % short(line)
+        elif not line.startswith("kvc: %s: " % where):
+            why = "want <where> %r: %s" % (where, short(line))
+        elif got is not None and not line.endswith("(got %s)" % got):
+            why = "want (got %s): %s" % (got, short(line))
+        else:
+            for s in what:
+                if s not in line:
+                    why = "message lacks %r: %s" % (s, short(line))
+                    break
+    report(name, why)
+
+
+def csv_rows(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def main():
+    if not os.access(KVC, os.X_OK):
+        report("kvc-binary", "%s is missing; build it with make (run from the project root)" % KVC)
+        return 1
+    lesson = load(LESSON)
+    practice = load(PRACTICE)
+
+    # ------------------------------------------------------------------ help, version, usage
+    main_help = r"^kvc \d+\.\d+\.\d+: a laboratory for KV-cache compression\n"
+    for args in (["--help"], ["-h"], ["help"]):
+        ok_case("help-main[%s]" % " ".join(args), args, ("usage: kvc COMMAND", "run", "size", "methods"),
+                stdout_re=main_help)
+    run_usage = r"^usage: kvc run CONFIG\.json"
+    for args in (["help", "run"], ["run", "--help"], ["run", "-h"], ["run", LESSON, "--help"]):
+        ok_case("help-run[%s]" % " ".join(args), args, ("--set PATH=JSON", "--format"), stdout_re=run_usage)
+    for args in (["help", "size"], ["size", "--help"], ["size", "-h"], ["size", "--head-dim", "x", "--help"]):
+        ok_case("help-size[%s]" % " ".join(args), args, ("--head-dim D", "--k-bits"),
+                stdout_re=r"^usage: kvc size --head-dim D")
+    for args in (["help", "methods"], ["methods", "--help"], ["help", "help"]):
+        ok_case("help-cmd[%s]" % " ".join(args), args, stdout_re=r"^usage: kvc (methods|help)")
+    out = ok_case("methods", ["methods"], ("bits", "axis", "apply_to", "sinks", "window", "budget", "rank"))
+    names = [ln for ln in out.split("\n") if ln and not ln.startswith(" ")]
+    names = [ln.split()[0] for ln in names]
+    report("methods-names", None if names == ["quantize", "sink_window", "topk_attention", "lowrank"]
+           else "method list %r" % names)
+
+    for flag in ("--version", "-V"):
+        rc, out, err = run([flag])
+        m = re.match(r"^kvc (\d+\.\d+\.\d+)\n$", out)
+        why = None
+        if rc != 0 or err or not m:
+            why = "exit %d stdout %s stderr %s" % (rc, short(out), short(err))
+        else:
+            _, hout, _ = run(["--help"])
+            if not hout.startswith("kvc %s:" % m.group(1)):
+                why = "--help names another version: %s" % short(hout.split("\n")[0])
+        report("version[%s]" % flag, why)
+
+    rc, out, err = run([])
+    report("no-args", None if rc == 2 and out == "" and "usage: kvc COMMAND" in err
+           else "exit %d stdout %s stderr %s" % (rc, short(out), short(err)))
+
+    if os.path.exists("/dev/full"):
+        rc, _, err = run(["--help"], stdout_path="/dev/full")
+        report("stdout-write-error", None if rc == 1 and re.match(r"^kvc: stdout: write error \(got .+\)\n$", err)
+               else "exit %d stderr %s (want 1 and one write-error line)" % (rc, short(err)))
+        p = write("full-test.json", practice)
+        rc, _, err = run(["run", p], stdout_path="/dev/full")
+        report("stdout-write-error-run", None if rc == 1 and err.count("\n") == 1 and "write error" in err
+               else "exit %d stderr %s" % (rc, short(err)))
+
+    # ------------------------------------------------------------------ malformed JSON
+    def bad_json(name, text, line, col, what, got):
+        p = write(name + ".json", text)
+        err_case("json-" + name, ["run", p], "%s:%d:%d" % (p, line, col), ("malformed JSON",) + tuple(what), got)
+
+    bad_json("missing-comma", '{\n  "seed": 3\n  "data": {}\n}\n', 3, 3, ("here",), '""data": {}"')
+    txt = open(PRACTICE).read()
+    i = txt.index('{"channel": 11')
+    broken = txt[:i - 2] + txt[i - 1:]   # drop the comma between the two outliers
+    ln = broken[:i - 1].count("\n") + 1
+    cl = (i - 1) - broken.rfind("\n", 0, i - 1)
+    bad_json("missing-comma-in-list", broken, ln, cl, ("here",), None)
+    bad_json("trailing-garbage", '{"seed": 1}  x\n', 1, 14, ("after the end of the document",), '"x"')
+    bad_json("trailing-garbage-lines", '{"seed": 1}\n\n  ]\n', 3, 3, ("after the end of the document",), '"]"')
+    bad_json("trailing-second-doc", txt + "\n{}\n", txt.count("\n") + 2, 1, ("after the end",), '"{}"')
+    bad_json("empty-file", "", 1, 1, ("unexpected end of file",), "end of file")
+    bad_json("whitespace-only", "  \n\n", 3, 1, ("unexpected end of file",), "end of file")
+    bad_json("nul-byte", b'{"seed":\n 1\x00}', 2, 3, ("NUL byte",), "byte 0x00")
+    bad_json("bad-literal", '{"seed": tru}', 1, 10, ("here",), '"tru}"')
+    bad_json("unquoted-key", '{\n  seed: 1}', 2, 3, ("here",), '"seed: 1}"')
+    bad_json("single-quotes", "{'seed': 1}", 1, 2, ("here",), None)
+    bad_json("trailing-comma", '{"seed": 1,\n}', 2, 1, ("here",), '"}"')
+    bad_json("leading-zero", '{"seed": 01}', 1, 11, ("here",), '"1}"')
+    bad_json("bare-dot", '{"seed": 1.}', 1, 12, ("here",), '"}"')
+    bad_json("bad-escape", '{"seed": "1\\q"}', 1, 12, ("here",), None)
+    bad_json("control-char-in-string", '{"seed": "1\t2"}', 1, 12, ("here",), None)
+    bad_json("unterminated-string", '{"seed": "12', 1, 13, ("unexpected end of file",), "end of file")
+    bad_json("crlf-missing-comma", '{\r\n"seed": 1\r\n"data": {}}', 3, 1, ("here",), None)
+    bad_json("too-deep", '{"seed": ' + "[" * 1001 + "]" * 1001 + "}", 1, 1009, ("nested deeper",), None)
+
+    p = write("bom.json", b"\xef\xbb\xbf" + txt.encode())
+    rc, out, err = run(["run", p, "--format", "csv"])
+    report("json-utf8-bom-accepted", None if rc == 0 and err == "" and len(csv_rows(out)) == 2
+           else "exit %d stderr %s" % (rc, short(err)))
+
+    # every proper prefix of practice.json is a truncated file: EOF at its end, with the right line:col
+    bad = []
+    for n in range(1, len(txt.rstrip())):
+        if not txt[:n].strip():
+            continue
+        p = write("truncated.json", txt[:n])
+        rc, out, err = run(["run", p])
+        line = txt[:n].count("\n") + 1
+        col = n - (txt.rfind("\n", 0, n) + 1) + 1
+        want = "kvc: %s:%d:%d: malformed JSON: unexpected end of file (got end of file)\n" % (p, line, col)
+        if rc != 2 or out or err != want:
+            bad.append("%d bytes: exit %d stderr %s" % (n, rc, short(err, 120)))
+            if len(bad) >= 3:
+                break
+    report("json-truncated-every-prefix", "; ".join(bad) if bad else None)
+
+    # ------------------------------------------------------------------ wrong types and ranges
+    def bad_cfg(name, cfg, where, what=(), got=None):
+        p = write(name + ".json", cfg)
+        err_case("config-" + name, ["run", p], "%s: %s" % (p, where), what, got)
+
+    def mod(base, fn):
+        c = copy.deepcopy(base)
+        fn(c)
+        return c
+
+    bad_cfg("tokens-string", mod(practice, lambda c: c["data"].update(tokens="200")), "data.tokens",
+            ("must be an integer",), '"200"')
+    bad_cfg("bits-fraction", mod(practice, lambda c: c["experiments"][0].update(bits=4.5)),
+            "experiments.0.bits", ("must be an integer in 2..8",), "4.5")
+    bad_cfg("bits-in-list-fraction", mod(practice, lambda c: c["experiments"][0].update(bits=[4, 4.5])),
+            "experiments.0.bits.1", ("must be an integer in 2..8",), "4.5")
+    bad_cfg("bits-bool", mod(practice, lambda c: c["experiments"][0].update(bits=True)),
+            "experiments.0.bits", ("must be an integer",), "true")
+    bad_cfg("seed-negative", mod(practice, lambda c: c.update(seed=-1)), "seed", ("2^53",), "-1")
+    bad_cfg("seed-string-junk", mod(practice, lambda c: c.update(seed="12x")), "seed",
+            ("non-negative decimal integer",), '"12x"')
+    bad_cfg("seed-empty-string", mod(practice, lambda c: c.update(seed="")), "seed", (), '""')
+    bad_cfg("seed-fraction", mod(practice, lambda c: c.update(seed=1.5)), "seed", (), "1.5")
+    bad_cfg("seed-null", mod(practice, lambda c: c.update(seed=None)), "seed", (), "null")
+    # 2^53 + 2 written as a JSON number: beyond exact doubles; the message shows the exact value
+    bad_cfg("seed-2^53+2-number", txt.replace('"seed": 3', '"seed": 9007199254740994'), "seed",
+            ("decimal string for larger seeds",), "9007199254740994")
+    # 2^53 + 1 reads as the double 2^53: it must be refused, not silently run as another seed
+    bad_cfg("seed-2^53+1-number", txt.replace('"seed": 3', '"seed": 9007199254740993'), "seed", ("2^53",))
+    for name, seed in (("seed-2^53-1-number", "9007199254740991"), ("seed-2^53+1-string", '"9007199254740993"'),
+                       ("seed-huge-string", '"123456789012345678901234567890"')):
+        p = write(name + ".json", txt.replace('"seed": 3', '"seed": %s' % seed))
+        rc, out, err = run(["run", p, "--format", "csv"])
+        report("config-" + name + "-accepted", None if rc == 0 and err == "" and len(csv_rows(out)) == 2
+               else "exit %d stderr %s" % (rc, short(err)))
+
+    bad_cfg("bits-1", mod(practice, lambda c: c["experiments"][0].update(bits=1)), "experiments.0.bits",
+            ("must be in 2..8",), "1")
+    bad_cfg("bits-9", mod(practice, lambda c: c["experiments"][0].update(bits=9)), "experiments.0.bits",
+            ("must be in 2..8",), "9")
+    bad_cfg("axis-typo", mod(practice, lambda c: c["experiments"][0].update(axis=["token", "chanel"])),
+            "experiments.0.axis.1", ('did you mean "channel"',), '"chanel"')
+    bad_cfg("rank-gt-head-dim", mod(lesson, lambda c: c["experiments"][3].update(rank=[65, 16])),
+            "experiments.3.rank.0", ("rank must be in 1..min(tokens, head_dim) = 64",), "65")
+    bad_cfg("rank-gt-tokens", mod(lesson, lambda c: (c["data"].update(tokens=20, query={
+        "generator": "look_back", "token": 10}), c["experiments"][1].update(window=10),
+        c["experiments"][2].update(budget=10), c["experiments"][3].update(rank=[8, 32]))),
+        "experiments.3.rank.1", ("= 20",), "32")
+    bad_cfg("budget-gt-tokens", mod(lesson, lambda c: c["experiments"][2].update(budget=513)),
+            "experiments.2.budget", ("budget must be in 1..tokens = 512",), "513")
+    bad_cfg("budget-0", mod(lesson, lambda c: c["experiments"][2].update(budget=0)),
+            "experiments.2.budget", (), "0")
+    bad_cfg("sinks-window-gt-tokens", mod(lesson, lambda c: c["experiments"][1].update(window=509)),
+            "experiments.1.window", ("must not exceed tokens = 512",), "4 + 509")
+    bad_cfg("sinks-window-zero", mod(lesson, lambda c: c["experiments"][1].update(sinks=0, window=0)),
+            "experiments.1.window", ("at least one token",), "0 + 0")
+    bad_cfg("query-token-ge-tokens", mod(lesson, lambda c: c["data"]["query"].update(token=512)),
+            "data.query.token", ("0..511",), "512")
+    bad_cfg("outlier-channel-ge-head-dim",
+            mod(practice, lambda c: c["data"]["keys"]["outliers"][1].update(channel=16)),
+            "data.keys.outliers.1.channel", ("0..15",), "16")
+    bad_cfg("outlier-channel-duplicate",
+            mod(practice, lambda c: c["data"]["keys"]["outliers"][1].update(channel=5)),
+            "data.keys.outliers.1.channel", ("already listed at data.keys.outliers.0",), "5")
+    bad_cfg("outlier-missing-scale",
+            mod(practice, lambda c: c["data"]["keys"]["outliers"][0].pop("scale")),
+            "data.keys.outliers.0.scale", ("missing required",), "nothing")
+    bad_cfg("unknown-method", mod(practice, lambda c: c["experiments"][0].update(method="quantise")),
+            "experiments.0.method", ('unknown method; did you mean "quantize"?',), '"quantise"')
+    bad_cfg("unknown-method-2", mod(lesson, lambda c: c["experiments"][1].update(method="sink_windows")),
+            "experiments.1.method", ('did you mean "sink_window"?',), '"sink_windows"')
+    bad_cfg("unknown-key-top", mod(practice, lambda c: c.update(experiment=c.pop("experiments"))),
+            "experiment", ('unknown key; did you mean "experiments"?',), '"experiment"')
+    bad_cfg("unknown-key-top-2", mod(practice, lambda c: c.update(sed=1)),
+            "sed", ('did you mean "seed"?',), '"sed"')
+    bad_cfg("unknown-key-data", mod(practice, lambda c: c["data"].update(head_dims=16)),
+            "data.head_dims", ('unknown key; did you mean "head_dim"?',), '"head_dims"')
+    bad_cfg("unknown-key-keys", mod(practice, lambda c: c["data"]["keys"].update(outlier=[])),
+            "data.keys.outlier", ('did you mean "outliers"?',), '"outlier"')
+    bad_cfg("unknown-key-experiment", mod(practice, lambda c: c["experiments"][0].update(bitz=4)),
+            "experiments.0.bitz", ('unknown key; did you mean "bits"?',), '"bitz"')
+    bad_cfg("unknown-key-experiment-2", mod(lesson, lambda c: c["experiments"][3].update(rnak=4)),
+            "experiments.3.rnak", ('did you mean "rank"?',), '"rnak"')
+    bad_cfg("param-of-other-method", mod(lesson, lambda c: c["experiments"][1].update(bits=4)),
+            "experiments.1.bits", ("unknown key",), '"bits"')
+    bad_cfg("duplicate-key", txt.replace('"tokens": 200,', '"tokens": 200, "tokens": 20,'),
+            "data.tokens", ("key appears twice",), "20")
+    bad_cfg("duplicate-key-experiment", txt.replace('"bits": 4,', '"bits": 4, "bits": 8,'),
+            "experiments.0.bits", ("key appears twice",), "8")
+    bad_cfg("missing-experiments", mod(practice, lambda c: c.pop("experiments")), "experiments",
+            ("missing required",), "nothing")
+    bad_cfg("empty-experiments", mod(practice, lambda c: c.update(experiments=[])), "experiments",
+            ("empty",), "[]")
+    bad_cfg("experiments-not-list", mod(practice, lambda c: c.update(experiments={})), "experiments",
+            ("must be a list",), "{}")
+    bad_cfg("missing-data", mod(practice, lambda c: c.pop("data")), "data", ("missing required",), "nothing")
+    bad_cfg("missing-tokens", mod(practice, lambda c: c["data"].pop("tokens")), "data.tokens",
+            ("missing required",), "nothing")
+    bad_cfg("missing-method", mod(practice, lambda c: c["experiments"][0].pop("method")),
+            "experiments.0.method", ("missing required",), "nothing")
+    bad_cfg("missing-window", mod(lesson, lambda c: c["experiments"][1].pop("window")),
+            "experiments.1.window", ("missing required parameter of sink_window",), "nothing")
+    bad_cfg("missing-rank", mod(lesson, lambda c: c["experiments"][3].pop("rank")),
+            "experiments.3.rank", ("missing required parameter of lowrank",), "nothing")
+    bad_cfg("empty-param-list", mod(practice, lambda c: c["experiments"][0].update(bits=[])),
+            "experiments.0.bits", ("must not be empty",), "[]")
+    bad_cfg("topk-without-query", mod(lesson, lambda c: c["data"].pop("query")),
+            "experiments.2.method", ("add data.query",), '"topk_attention"')
+    bad_cfg("query-without-values", mod(lesson, lambda c: c["data"].pop("values")),
+            "data.query", ("needs data.values",))
+    bad_cfg("apply-to-kv-without-values", mod(practice, lambda c: c["experiments"][0].update(apply_to="kv")),
+            "experiments.0.apply_to", ("add data.values",), '"kv"')
+    bad_cfg("apply-to-default-without-values", mod(practice, lambda c: c["experiments"][0].pop("apply_to")),
+            "experiments.0.apply_to (default)", ("add data.values",), '"kv"')
+    bad_cfg("label-unknown-placeholder",
+            mod(practice, lambda c: c["experiments"][0].update(label="INT{bts} keys")),
+            "experiments.0.label", ("unknown placeholder {bts}", "{bits}"), '"INT{bts} keys"')
+    bad_cfg("label-not-string", mod(practice, lambda c: c["experiments"][0].update(label=5)),
+            "experiments.0.label", ("must be a string",), "5")
+    bad_cfg("top-level-array", [practice], "(top level)", ("must be a JSON object",))
+    bad_cfg("keys-generator-typo", mod(practice, lambda c: c["data"]["keys"].update(generator="norml")),
+            "data.keys.generator", ('did you mean "normal"?',), '"norml"')
+    missing = os.path.join(TMP, "no-such-config.json")
+    err_case("config-missing-file", ["run", missing], missing, ("cannot open the config",))
+    err_case("config-is-a-directory", ["run", TMP], TMP, ())
+
+    # ------------------------------------------------------------------ --set
+    rc, base, err = run(["run", PRACTICE, "--format", "csv"])
+    report("run-practice-csv", None if rc == 0 and err == "" and len(csv_rows(base)) == 2
+           else "exit %d stderr %s" % (rc, short(err)))
+    rc, out, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--format", "csv"])
+    rows = csv_rows(out) if rc == 0 else []
+    report("set-tokens", None if rc == 0 and err == "" and out != base and
+           [r["baseline_bytes"] for r in rows] == ["640", "640"]
+           else "exit %d stderr %s stdout %s" % (rc, short(err), short(out)))
+    rc, out2, err = run(["run", PRACTICE, "--set=data.tokens=20", "--format=csv"])
+    report("set-equals-form", None if rc == 0 and out2 == out else "exit %d: %s" % (rc, short(err)))
+    rc, out3, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--set", "data.tokens=200", "--format", "csv"])
+    report("set-applied-in-order", None if rc == 0 and out3 == base else "exit %d: %s" % (rc, short(err)))
+    rc, out, err = run(["run", PRACTICE, "--set", 'experiments.0.axis="channel"', "--format", "csv"])
+    rows = csv_rows(out) if rc == 0 else []
+    report("set-axis-string", None if rc == 0 and err == "" and
+           [r["label"] for r in rows] == ["INT4 keys, per-channel scales"]
+           else "exit %d stderr %s rows %r" % (rc, short(err), rows))
+    rc, out, err = run(["run", PRACTICE, "--set", "experiments.0.bits=[4,8]", "--format", "csv"])
+    report("set-list", None if rc == 0 and len(csv_rows(out)) == 4 else "exit %d: %s" % (rc, short(err)))
+    rc, out, err = run(["run", PRACTICE, "--set", "seed=3", "--format", "csv"])
+    report("set-same-value", None if rc == 0 and out == base else "exit %d: %s" % (rc, short(err)))
+
+    err_case("set-missing-path", ["run", PRACTICE, "--set", "data.tokenz.x=1"], "--set data.tokenz.x=1",
+             ('no key "tokenz" here; did you mean "tokens"?',), '"tokenz"')
+    err_case("set-missing-path-experiment", ["run", PRACTICE, "--set", "experiments.0.bitz.0=1"],
+             "--set experiments.0.bitz.0=1", ('did you mean "bits"?',), '"bitz"')
+    err_case("set-new-unknown-key", ["run", PRACTICE, "--set", "data.tokenz=20"],
+             "%s: data.tokenz" % PRACTICE, ('did you mean "tokens"?',), '"tokenz"')
+    err_case("set-bad-json", ["run", PRACTICE, "--set", "experiments.0.axis=channel"],
+             "--set experiments.0.axis=channel", ("not valid JSON", "strings need quotes"), "channel")
+    err_case("set-json-trailing-garbage", ["run", PRACTICE, "--set", "data.tokens=20x"],
+             "--set data.tokens=20x", ("not valid JSON",), "20x")
+    err_case("set-json-two-values", ["run", PRACTICE, "--set", "data.tokens=20 30"],
+             "--set data.tokens=20 30", ("not valid JSON",), "20 30")
+    err_case("set-json-empty", ["run", PRACTICE, "--set", "data.tokens="], "--set data.tokens=",
+             ("not valid JSON",), "")
+    err_case("set-index-out-of-range", ["run", PRACTICE, "--set", "experiments.1.bits=8"],
+             "--set experiments.1.bits=8", ("not an index of a list of 1",), '"1"')
+    err_case("set-index-not-number", ["run", PRACTICE, "--set", "data.keys.outliers.x.scale=1"],
+             "--set data.keys.outliers.x.scale=1", ("not an index of a list of 2",), '"x"')
+    err_case("set-descend-scalar", ["run", PRACTICE, "--set", "data.tokens.x=1"], "--set data.tokens.x=1",
+             ("cannot descend",), '"x"')
+    err_case("set-empty-component", ["run", PRACTICE, "--set", "data..tokens=1"], "--set data..tokens=1",
+             ("empty component",), '"data..tokens"')
+    err_case("set-without-equals", ["run", PRACTICE, "--set", "data.tokens"], "--set data.tokens",
+             ("expected PATH=JSON",), '"data.tokens"')
+    err_case("set-without-path", ["run", PRACTICE, "--set", "=5"], "--set =5", ("expected PATH=JSON",), '"=5"')
+    err_case("set-without-value", ["run", PRACTICE, "--set"], "run", ("missing value after --set",), "nothing")
+    err_case("set-value-out-of-range", ["run", PRACTICE, "--set", "experiments.0.bits=9"],
+             "%s: experiments.0.bits" % PRACTICE, ("2..8",), "9")
+    err_case("set-seed-2^53+2", ["run", PRACTICE, "--set", "seed=9007199254740994"], "%s: seed" % PRACTICE,
+             (), "9007199254740994")
+
+    # ------------------------------------------------------------------ run options, commands
+    err_case("run-unknown-option", ["run", PRACTICE, "--frobnicate"], "run", ("unknown option",),
+             '"--frobnicate"')
+    err_case("run-format-xml", ["run", PRACTICE, "--format", "xml"], "run: --format",
+             ("table, csv or jsonl",), '"xml"')
+    err_case("run-format-missing", ["run", PRACTICE, "--format"], "run", ("missing value after --format",),
+             "nothing")
+    err_case("run-two-configs", ["run", PRACTICE, LESSON], "run", ("only one config file",),
+             '"%s" after "%s"' % (LESSON, PRACTICE))
+    err_case("run-no-config", ["run"], "run", ("missing the config file",), "nothing")
+    err_case("run-no-config-only-options", ["run", "--format", "csv"], "run", ("missing the config file",),
+             "nothing")
+    err_case("help-unknown-command", ["help", "rn"], "help", ("unknown command",), '"rn"')
+    err_case("methods-extra-arg", ["methods", "x"], "methods", ("takes no arguments",), '"x"')
+    # the top-level unknown-command message has no <where>; check it the same way otherwise
+    for name, word, near in (("unknown-command", "rn", "run"), ("unknown-command-2", "sizes", "size"),
+                             ("unknown-command-3", "method", "methods")):
+        rc, out, err = run([word, PRACTICE])
+        ok = (rc == 2 and out == "" and err.count("\n") == 1 and
+              re.match(r'^kvc: unknown command; did you mean "%s"\? see kvc --help \(got "%s"\)\n$' % (near, word),
+                       err))
+        report(name, None if ok else "exit %d stdout %s stderr %s" % (rc, short(out), short(err)))
+
+    # ------------------------------------------------------------------ kvc size: bad flags
+    size_bad = [
+        ("size-no-head-dim", [], "size", ("--head-dim is required",), "nothing"),
+        ("size-no-head-dim-other-flags", ["--layers", "2"], "size", ("--head-dim is required",), "nothing"),
+        ("size-head-dim-no-value", ["--head-dim"], "size", ("missing value after --head-dim",), "nothing"),
+        ("size-head-dim-word", ["--head-dim", "abc"], "size: --head-dim", ("1..65536",), '"abc"'),
+        ("size-head-dim-negative", ["--head-dim", "-5"], "size: --head-dim", ("1..65536",), '"-5"'),
+        ("size-head-dim-zero", ["--head-dim", "0"], "size: --head-dim", ("1..65536",), '"0"'),
+        ("size-head-dim-too-big", ["--head-dim", "65537"], "size: --head-dim", ("1..65536",), '"65537"'),
+        ("size-head-dim-suffix", ["--head-dim=64x"], "size: --head-dim", (), '"64x"'),
+        ("size-head-dim-u64-overflow", ["--head-dim", "18446744073709551617"], "size: --head-dim", (),
+         '"18446744073709551617"'),
+        ("size-k-bits-0", ["--head-dim", "64", "--k-bits", "0"], "size: --k-bits", ("1..64",), '"0"'),
+        ("size-v-bits-65", ["--head-dim", "64", "--v-bits", "65"], "size: --v-bits", ("1..64",), '"65"'),
+        ("size-k-rank-gt-head-dim", ["--head-dim", "64", "--k-rank", "65"], "size: --k-rank",
+         ("head-dim = 64",), "65"),
+        ("size-tokens-too-big", ["--head-dim", "64", "--tokens", "1099511627777"], "size: --tokens", (),
+         '"1099511627777"'),
+        ("size-unknown-flag", ["--head-dim", "64", "--heads", "8"], "size", ("unknown option",), '"--heads"'),
+        ("size-positional", ["--head-dim", "64", "8"], "size", ("unknown option",), '"8"'),
+        ("size-format-json", ["--head-dim", "64", "--format", "json"], "size: --format", ("table or csv",),
+         '"json"'),
+        ("size-format-missing", ["--head-dim", "64", "--format"], "size", ("missing value after --format",),
+         "nothing"),
+        ("size-overflow", ["--head-dim", "65536", "--layers", "1048576", "--kv-heads", "1048576", "--tokens",
+                           "1099511627776", "--batch", "1073741824"], "size", ("overflows",), None),
+    ]
+    for name, args, where, what, got in size_bad:
+        err_case(name, ["size"] + args, where, what, got)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        rc = main()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    sys.exit(rc)
