@@ -45,7 +45,7 @@ double la_norm(const double *x, size_t n)
 }
 
 /* numpy's pairwise_sum: blocks of up to 128 summed with 8 accumulators, halves above that. */
-double la_sum(const double *x, size_t n)
+static double pairwise_sum(const double *x, size_t n)
 {
     if (n < 8) {
         double s = 0.0;
@@ -64,7 +64,20 @@ double la_sum(const double *x, size_t n)
     }
     size_t n2 = n / 2;
     n2 -= n2 % 8;
-    return la_sum(x, n2) + la_sum(x + n2, n - n2);
+    return pairwise_sum(x, n2) + pairwise_sum(x + n2, n - n2);
+}
+
+/* np.sum / ndarray.sum of a contiguous float64 vector: the reduction starts from 0.0 and numpy's iterator
+ * hands the add loop blocks of the ufunc buffer size (8192 elements, np.getbufsize()), each summed pairwise
+ * and added in order. So for n > 8192 the result is not one pairwise sum over all n (checked against numpy
+ * 1.24.2 in tests/test_units.c). */
+#define NUMPY_BUFSIZE 8192
+double la_sum(const double *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t lo = 0; lo < n; lo += NUMPY_BUFSIZE)
+        s += pairwise_sum(x + lo, n - lo < NUMPY_BUFSIZE ? n - lo : NUMPY_BUFSIZE);
+    return s;
 }
 
 int la_svd(double *U, double *S, double *Vt, const double *A, size_t M, size_t N)

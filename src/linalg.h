@@ -22,7 +22,7 @@ void la_matvec(double *y, const double *A, const double *x, size_t M, size_t N);
 void la_vecmat(double *y, const double *x, const double *A, size_t M, size_t N);
 /* sqrt(x . x), as np.linalg.norm of a contiguous array */
 double la_norm(const double *x, size_t n);
-/* numpy's pairwise sum of x[0..n) */
+/* np.sum of x[0..n): numpy's pairwise sum over blocks of 8192 (its buffer size), blocks added in order */
 double la_sum(const double *x, size_t n);
 
 /* Thin SVD, as np.linalg.svd(A, full_matrices=False): A (M, N) = U (M, R) diag(S) Vt (R, N), R = min(M, N),

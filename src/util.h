@@ -5,7 +5,8 @@
  * and turns it into exit code 2. Broken invariants are assert()s. Out of memory goes through xmalloc,
  * which prints the size and aborts.
  *
- * Numbers: fmt_double prints the shortest decimal that reads back to the same double (round-trip exact).
+ * Numbers: fmt_double prints the first of %.15g, %.16g, %.17g that reads back to the same double
+ * (round-trip exact; the shortest such form for all but a few powers of two and subnormals).
  * Sizes: size_mul/size_add are overflow-checked.
  */
 #ifndef KVC_UTIL_H
