@@ -6,6 +6,10 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 PKGS    := openblas lapacke libcjson
 PY      ?= /usr/bin/python3
+BUILD   ?= build
+BIN     ?= kvc
+# XCFLAGS: extra flags for every compile and link (make sanitize and make fuzz set it)
+XCFLAGS ?=
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
@@ -16,32 +20,78 @@ WARN    += -Werror
 endif
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -ffp-contract=off -fno-fast-math $(WARN) $(PKG_CFLAGS) -Isrc -MMD -MP
-LDLIBS  += $(PKG_LIBS) -lm
+CFLAGS  += $(XCFLAGS)
+LDLIBS  += $(PKG_LIBS) -lm -lpthread
+OPT_FLAGS := $(filter -O% -g%,$(CFLAGS))
 
-SRC     := $(wildcard src/*.c src/methods/*.c)
-OBJ     := $(SRC:%.c=build/%.o)
-LIBOBJ  := $(filter-out build/src/main.o,$(OBJ))
+SRC     := $(wildcard src/*.c src/methods/*.c src/decode/*.c)
+OBJ     := $(SRC:%.c=$(BUILD)/%.o)
+LIBOBJ  := $(filter-out $(BUILD)/src/main.o,$(OBJ))
 TESTSRC := $(wildcard tests/*.c)
-TESTBIN := $(TESTSRC:tests/%.c=build/tests/%)
+TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test results clean install
-all: kvc
+.PHONY: all test results clean install sanitize fuzz testbin bench
+all: $(BIN)
 
-kvc: $(OBJ)
+$(BIN): $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $(OBJ) $(LDFLAGS) $(LDLIBS)
 
-build/%.o: %.c
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# Decode speed path: only kernels_avx2.c gets the ISA flags (on x86); decode.c calls it after a runtime
+# CPU check (__builtin_cpu_supports) and falls back to the scalar _ref kernels. Never -ffast-math.
+ifneq ($(filter x86_64 amd64 i386 i686,$(shell uname -m)),)
+$(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+endif
+$(BUILD)/src/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
+
 # C unit tests: each tests/NAME.c links every module but main.
-build/tests/%: tests/%.c $(LIBOBJ)
+$(BUILD)/tests/%: tests/%.c $(LIBOBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJ) $(LDFLAGS) $(LDLIBS)
 
 # The runner's last line is "N passed, N failed"; it exits non-zero on any failure.
-test: kvc $(TESTBIN)
+test: $(BIN) $(TESTBIN)
 	PY=$(PY) tests/run.sh
+
+# make sanitize: kvc and the unit tests built with ASan+UBSan into build-san/ (build-san/kvc), then the whole
+# suite run against them (tests/run.sh takes the binaries from $$KVC and $$KVC_TESTBIN), then valgrind memcheck
+# of the normal ./kvc on the lesson and practice configs (skipped when valgrind is not installed).
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_ENV   := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitize: kvc
+	$(MAKE) --no-print-directory BUILD=build-san BIN=build-san/kvc XCFLAGS="$(SAN_FLAGS)" build-san/kvc testbin
+	$(SAN_ENV) KVC=build-san/kvc KVC_TESTBIN=build-san/tests PY=$(PY) tests/run.sh
+	sh tests/valgrind.sh ./kvc
+
+testbin: $(BIN) $(TESTBIN)
+
+# make fuzz: libFuzzer targets (clang, ASan+UBSan) in build-fuzz/, each run for FUZZ_SECONDS; see tests/fuzz/README.md.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_TARGETS := config npy safetensors
+fuzz:
+	$(MAKE) --no-print-directory CC=$(FUZZ_CC) BUILD=build-fuzz BIN=build-fuzz/kvc \
+	    XCFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	    $(FUZZ_TARGETS:%=build-fuzz/fuzz/fuzz_%)
+	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The fuzz targets link an archive of the modules they can reach (config, readers, methods), so the linker takes
+# only what they call; bench.c and src/decode/ are left out (clang 14 refuses their __builtin_cpu_supports("f16c")).
+FUZZ_LIBOBJ := $(filter-out $(BUILD)/src/bench.o $(BUILD)/src/decode/%,$(LIBOBJ))
+$(BUILD)/libkvc-fuzz.a: $(FUZZ_LIBOBJ)
+	rm -f $@
+	ar rcs $@ $(FUZZ_LIBOBJ)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_targets.c $(BUILD)/libkvc-fuzz.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libkvc-fuzz.a $(LDFLAGS) $(LDLIBS)
+
+# make bench: the decode-speed benchmark at full size (timing targets live here, never in make test);
+# writes results/bench.csv and results/bench.txt (machine description at the top). BENCH_ARGS adds options.
+bench: $(BIN)
+	scripts/bench.sh $(BENCH_ARGS)
 
 # Regenerates every committed file under results/ from the tool itself.
 results: kvc
@@ -51,8 +101,10 @@ install: kvc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 kvc $(DESTDIR)$(PREFIX)/bin/kvc
 	install -m 644 man/kvc.1 $(DESTDIR)$(PREFIX)/share/man/man1/kvc.1
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 scripts/kvc-completion.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/kvc
 
 clean:
-	rm -rf build kvc
+	rm -rf build build-san build-fuzz kvc
 
 -include $(OBJ:.o=.d) $(TESTBIN:=.d)

@@ -6,7 +6,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy"
+# parallel (GNU parallel) and gnuplot-nox: scripts/sweep-parallel.sh, scripts/plot-*.sh and their tests
+PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox"
 
 missing=""
 for p in $PKGS; do

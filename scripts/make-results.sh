@@ -36,4 +36,16 @@ write results/lesson.txt     $KVC run configs/lesson.json
 write results/lesson.csv     $KVC run configs/lesson.json --format csv
 write results/practice.txt   $KVC run configs/practice.json
 write results/practice.csv   $KVC run configs/practice.json --format csv
+write results/realistic.txt  $KVC run configs/realistic.json
 write results/size.txt sizes
+
+# The sweep over every method family (configs/sweep-pareto.json) and its pictures (gnuplot-nox).
+write results/pareto.csv     $KVC run configs/sweep-pareto.json --format csv
+scripts/plot-pareto.sh results/pareto.csv results/pareto.png \
+    --title "KV-cache compression: attention error vs bytes (configs/sweep-pareto.json)"
+echo "wrote results/pareto.png" >&2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+$KVC run configs/sweep-pareto.json --out "$tmp/pareto.jsonl" -q
+scripts/plot-sweep.sh "$tmp/pareto.jsonl" results/sweep-bits.png bits \
+    --title "quantization: attention error vs bits (configs/sweep-pareto.json)"
+echo "wrote results/sweep-bits.png" >&2

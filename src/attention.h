@@ -3,6 +3,8 @@
  * T tokens (rows of K and V that take part), D head dim. K is (T, D), V is (T, D), q is (D,), out is (D,),
  * w is (T,). Computes, as numpy would: s = (K @ q) / sqrt(D); w = exp(s - max(s)); w = w / sum(w);
  * out = w @ V. Double precision through OpenBLAS (dgemv), numpy's pairwise sum for sum(w).
+ * attn_scores is the first step alone (s, the same numbers attn_forward exponentiates).
+ * attn_log_softmax: ls = s - max(s) - log(sum(exp(s - max(s)))), for the KL metric.
  * Pure: no allocation; T >= 1.
  */
 #ifndef KVC_ATTENTION_H
@@ -11,5 +13,11 @@
 #include <stddef.h>
 
 void attn_forward(double *out, double *w, const double *q, const double *K, const double *V, size_t T, size_t D);
+/* the same, also copying the scores s (T,) (NULL: not wanted) */
+void attn_forward_scores(double *out, double *w, double *s, const double *q, const double *K, const double *V,
+                         size_t T, size_t D);
+void attn_scores(double *s, const double *q, const double *K, size_t T, size_t D);
+/* ls (T,) from s (T,); tmp (T,) is scratch. */
+void attn_log_softmax(double *ls, const double *s, double *tmp, size_t T);
 
 #endif

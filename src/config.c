@@ -237,10 +237,67 @@ static int parse_outliers(const Ctx *c, Config *cfg, const cJSON *node)
     return 0;
 }
 
+/* Optional integer with a default. */
+static int opt_int(const Ctx *c, const cJSON *obj, const char *path, const char *key, long lo, long hi, long def,
+                   long *out)
+{
+    const cJSON *n = member(obj, key);
+    if (!n) {
+        *out = def;
+        return 0;
+    }
+    char p[256];
+    join_path(p, sizeof p, path, key);
+    return get_int(c, n, p, lo, hi, out);
+}
+
+/* A number strictly between 0 and 1 (a share of attention). */
+static int req_share(const Ctx *c, const cJSON *obj, const char *path, const char *key, double *out)
+{
+    char p[256];
+    join_path(p, sizeof p, path, key);
+    const cJSON *n = member(obj, key);
+    if (!n) return bad(c, p, NULL, "missing required key (a share of attention, strictly between 0 and 1)");
+    if (!cJSON_IsNumber(n) || !isfinite(n->valuedouble) || n->valuedouble <= 0 || n->valuedouble >= 1)
+        return bad(c, p, n, "must be a number strictly between 0 and 1");
+    *out = n->valuedouble;
+    return 0;
+}
+
+/* data.keys.outlier_channels: {"count": n, "scale": s | [lo, hi]} */
+static int parse_outlier_channels(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    const char *path = "data.keys.outlier_channels";
+    static const char *const keys[] = {"count", "scale", NULL};
+    if (need_object(c, node, path) || check_keys(c, node, path, keys)) return -1;
+    long n;
+    if (req_int(c, node, path, "count", 1, (long)cfg->dims.D, &n)) return -1;
+    const cJSON *s = member(node, "scale");
+    const char *sp = "data.keys.outlier_channels.scale";
+    const char *what = "must be a number > 0 or a list [lo, hi] with 0 < lo <= hi (multiples of the median |K|)";
+    if (!s) return bad(c, sp, NULL, "missing required key (a number > 0, or a list [lo, hi])");
+    double lo, hi;
+    if (cJSON_IsNumber(s)) {
+        lo = hi = s->valuedouble;
+    } else if (cJSON_IsArray(s) && cJSON_GetArraySize(s) == 2 && cJSON_IsNumber(s->child) &&
+               cJSON_IsNumber(s->child->next)) {
+        lo = s->child->valuedouble;
+        hi = s->child->next->valuedouble;
+    } else {
+        return bad(c, sp, s, "%s", what);
+    }
+    if (!isfinite(lo) || !isfinite(hi) || !(lo > 0) || !(hi >= lo)) return bad(c, sp, s, "%s", what);
+    cfg->oc_count = (size_t)n;
+    cfg->oc_lo = lo;
+    cfg->oc_hi = hi;
+    return 0;
+}
+
 static int parse_keys(const Ctx *c, Config *cfg, const cJSON *keys)
 {
-    static const char *const normal_keys[] = {"generator", "outliers", NULL};
-    static const char *const lowrank_keys[] = {"generator", "rank", "scale", "noise", "outliers", NULL};
+    static const char *const normal_keys[] = {"generator", "outliers", "outlier_channels", NULL};
+    static const char *const lowrank_keys[] = {"generator", "rank", "scale", "noise", "outliers", "outlier_channels",
+                                               NULL};
     static const char *const gens[] = {"normal", "lowrank", NULL};
     if (need_object(c, keys, "data.keys")) return -1;
     const cJSON *g = member(keys, "generator");
@@ -252,34 +309,240 @@ static int parse_keys(const Ctx *c, Config *cfg, const cJSON *keys)
     if (cfg->keys_gen == KEYS_LOWRANK) {
         long r;
         if (req_int(c, keys, "data.keys", "rank", 1, (long)CONFIG_MAX_HEAD_DIM, &r)) return -1;
-        size_t n;
-        if (size_mul(cfg->dims.T, (size_t)r, &n) || n > CONFIG_MAX_NUMBERS ||
-            size_mul((size_t)r, cfg->dims.D, &n) || n > CONFIG_MAX_NUMBERS)
+        size_t n, heads = cfg->layers * cfg->kv_heads;
+        if (size_mul(cfg->dims.T, (size_t)r, &n) || size_mul(n, heads, &n) || n > CONFIG_MAX_NUMBERS ||
+            size_mul((size_t)r, cfg->dims.D, &n) || size_mul(n, heads, &n) || n > CONFIG_MAX_NUMBERS)
             return bad(c, "data.keys.rank", member(keys, "rank"),
-                       "tokens x rank and rank x head_dim must each be at most %lu numbers", CONFIG_MAX_NUMBERS);
+                       "layers x kv_heads x tokens x rank and layers x kv_heads x rank x head_dim must each be at "
+                       "most %lu numbers", CONFIG_MAX_NUMBERS);
         cfg->keys_rank = (size_t)r;
         if (opt_num(c, keys, "data.keys", "scale", -HUGE_VAL, HUGE_VAL, 1.0, &cfg->keys_scale)) return -1;
         if (opt_num(c, keys, "data.keys", "noise", 0.0, HUGE_VAL, 0.0, &cfg->keys_noise)) return -1;
     }
     const cJSON *o = member(keys, "outliers");
     if (o && parse_outliers(c, cfg, o)) return -1;
+    const cJSON *oc = member(keys, "outlier_channels");
+    if (oc && parse_outlier_channels(c, cfg, oc)) return -1;
+    return 0;
+}
+
+/* The bound on queries: L x H_q x n x max(T, D) numbers (the queries and their attention weights). */
+static int check_query_count(const Ctx *c, const Config *cfg, const char *path, const cJSON *node, size_t n)
+{
+    size_t x, m = cfg->dims.T > cfg->dims.D ? cfg->dims.T : cfg->dims.D;
+    if (size_mul(cfg->layers, cfg->q_heads, &x) || size_mul(x, n, &x) || size_mul(x, m, &x) ||
+        x > CONFIG_MAX_NUMBERS)
+        return bad(c, path, node, "layers x q_heads x queries x max(tokens, head_dim) must be at most %lu numbers",
+                   CONFIG_MAX_NUMBERS);
+    return 0;
+}
+
+/* data.query: evaluation queries. */
+static int parse_query(const Ctx *c, Config *cfg, const cJSON *q, int has_values)
+{
+    static const char *const lb_keys[] = {"generator", "token", "tokens", "count", "weight", "noise",
+                                          "head_correlation", "bias", NULL};
+    static const char *const kg_keys[] = {"generator", "count", "weight", "noise", "head_correlation", "bias", NULL};
+    static const char *const gens[] = {"look_back", "key_gaussian", NULL};
+    const char *path = "data.query";
+    QuerySpec *qs = &cfg->query;
+    long gi;
+    if (need_object(c, q, path)) return -1;
+    if (!member(q, "generator"))
+        return bad(c, "data.query.generator", NULL, "missing required key (\"look_back\" or \"key_gaussian\")");
+    if (get_choice(c, member(q, "generator"), "data.query.generator", gens, &gi)) return -1;
+    qs->gen = gi == 0 ? QUERY_LOOK_BACK : QUERY_KEY_GAUSSIAN;
+    if (check_keys(c, q, path, gi == 0 ? lb_keys : kg_keys)) return -1;
+    if (!has_values) return bad(c, path, q, "a query needs data.values (attention reads V)");
+    long T = (long)cfg->dims.T;
+    const cJSON *tok = member(q, "token"), *toks = member(q, "tokens"), *cnt = member(q, "count");
+    if (qs->gen == QUERY_LOOK_BACK && (!!tok + !!toks + !!cnt) != 1) {
+        if (!tok && !toks && !cnt)
+            return bad(c, "data.query.token", NULL,
+                       "missing required key (an integer in 0..%ld); or give \"tokens\" (a list) or \"count\" "
+                       "(targets drawn uniformly)", T - 1);
+        return bad(c, path, q, "give exactly one of \"token\", \"tokens\" and \"count\"");
+    }
+    if (tok) {
+        long t;
+        if (get_int(c, tok, "data.query.token", 0, T - 1, &t)) return -1;
+        qs->n = 1;
+        qs->tokens = xmalloc(sizeof *qs->tokens);
+        qs->tokens[0] = (size_t)t;
+        cfg->q_token = (size_t)t;
+    } else if (toks) {
+        if (!cJSON_IsArray(toks) || !toks->child)
+            return bad(c, "data.query.tokens", toks, "must be a non-empty list of integers in 0..%ld", T - 1);
+        size_t n = (size_t)cJSON_GetArraySize(toks), i = 0;
+        if (check_query_count(c, cfg, "data.query.tokens", toks, n)) return -1;
+        qs->tokens = xcalloc(n, sizeof *qs->tokens);
+        for (const cJSON *it = toks->child; it; it = it->next, i++) {
+            char p[64];
+            long t;
+            snprintf(p, sizeof p, "data.query.tokens.%zu", i);
+            if (get_int(c, it, p, 0, T - 1, &t)) return -1;
+            qs->tokens[i] = (size_t)t;
+        }
+        qs->n = n;
+    } else {
+        long n;
+        if (opt_int(c, q, path, "count", 1, (long)CONFIG_MAX_NUMBERS, 1, &n)) return -1;
+        if (check_query_count(c, cfg, "data.query.count", member(q, "count"), (size_t)n)) return -1;
+        qs->n = (size_t)n;
+    }
+    if (opt_num(c, q, path, "weight", -HUGE_VAL, HUGE_VAL, 1.0, &qs->weight)) return -1;
+    if (opt_num(c, q, path, "noise", 0.0, HUGE_VAL, 0.0, &qs->noise)) return -1;
+    if (opt_num(c, q, path, "head_correlation", 0.0, 1.0, 0.0, &qs->head_correlation)) return -1;
+    if (opt_num(c, q, path, "bias", 0.0, HUGE_VAL, 0.0, &cfg->q_bias)) return -1;
+    cfg->q_weight = qs->weight;
+    cfg->q_noise = qs->noise;
+    cfg->dims.has_query = 1;
+    return 0;
+}
+
+/* data.observe: observation queries at the last `window` positions of the cache (causal). */
+static int parse_observe(const Ctx *c, Config *cfg, const cJSON *o)
+{
+    static const char *const keys[] = {"generator", "window", "weight", "noise", NULL};
+    static const char *const gens[] = {"look_back", "key_gaussian", NULL};
+    const char *path = "data.observe";
+    QuerySpec *qs = &cfg->observe;
+    if (need_object(c, o, path) || check_keys(c, o, path, keys)) return -1;
+    long gi = 0, w;
+    if (member(o, "generator") && get_choice(c, member(o, "generator"), "data.observe.generator", gens, &gi))
+        return -1;
+    qs->gen = gi == 0 ? QUERY_LOOK_BACK : QUERY_KEY_GAUSSIAN;
+    long T = (long)cfg->dims.T;
+    if (opt_int(c, o, path, "window", 1, T, T < 32 ? T : 32, &w)) return -1;
+    if (check_query_count(c, cfg, "data.observe.window", member(o, "window"), (size_t)w)) return -1;
+    qs->n = (size_t)w;
+    if (opt_num(c, o, path, "weight", -HUGE_VAL, HUGE_VAL, 1.0, &qs->weight)) return -1;
+    if (opt_num(c, o, path, "noise", 0.0, HUGE_VAL, 0.0, &qs->noise)) return -1;
+    return 0;
+}
+
+/* data.head_correlation: {"rho": r, "group": g} */
+static int parse_head_correlation(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    static const char *const keys[] = {"rho", "group", NULL};
+    const char *path = "data.head_correlation";
+    if (need_object(c, node, path) || check_keys(c, node, path, keys)) return -1;
+    if (!member(node, "rho")) return bad(c, "data.head_correlation.rho", NULL, "missing required key (a number in 0..1)");
+    if (get_num(c, member(node, "rho"), "data.head_correlation.rho", 0.0, 1.0, &cfg->head_rho)) return -1;
+    long H = (long)cfg->kv_heads, g;
+    if (opt_int(c, node, path, "group", 1, H, H, &g)) return -1;
+    if (H % g != 0) return bad(c, "data.head_correlation.group", member(node, "group"), "must divide kv_heads = %ld", H);
+    cfg->head_group = (size_t)g;
+    return 0;
+}
+
+/* data.rope: {"base": b, "dims": d, "style": "half" | "interleaved", "cache": "post" | "pre"} */
+static int parse_rope(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    static const char *const keys[] = {"base", "dims", "style", "cache", NULL};
+    static const char *const styles[] = {"half", "interleaved", NULL};
+    static const char *const caches[] = {"post", "pre", NULL};
+    const char *path = "data.rope";
+    if (need_object(c, node, path) || check_keys(c, node, path, keys)) return -1;
+    const cJSON *b = member(node, "base");
+    cfg->rope_base = 10000.0;
+    if (b && (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || !(b->valuedouble > 1)))
+        return bad(c, "data.rope.base", b, "must be a finite number > 1");
+    if (b) cfg->rope_base = b->valuedouble;
+    long D = (long)cfg->dims.D, dims, st = ROPE_HALF, ca = 0;
+    const char *dp = "data.rope.dims";
+    if (opt_int(c, node, path, "dims", 2, D, D, &dims)) return -1;
+    if (dims % 2 != 0 && member(node, "dims"))
+        return bad(c, dp, member(node, "dims"), "must be even (RoPE rotates channel pairs), 2..head_dim = %ld", D);
+    if (dims % 2 != 0)
+        return bad(c, dp, NULL, "defaults to head_dim = %ld, which is odd; give an even dims (RoPE rotates channel "
+                   "pairs)", D);
+    if (member(node, "style") && get_choice(c, member(node, "style"), "data.rope.style", styles, &st)) return -1;
+    if (member(node, "cache") && get_choice(c, member(node, "cache"), "data.rope.cache", caches, &ca)) return -1;
+    cfg->has_rope = 1;
+    cfg->rope_dims = (size_t)dims;
+    cfg->rope_style = st == 0 ? ROPE_HALF : ROPE_INTERLEAVED;
+    cfg->rope_cache_pre = ca == 1;
+    return 0;
+}
+
+/* data.sinks, data.recent and data.heavy_hitters: shape attention relative to the mean evaluation query. */
+static int parse_shaping(const Ctx *c, Config *cfg, const cJSON *sinks, const cJSON *recent, const cJSON *hh)
+{
+    long T = (long)cfg->dims.T;
+    if (sinks) {
+        static const char *const keys[] = {"tokens", "share", NULL};
+        long n;
+        if (need_object(c, sinks, "data.sinks") || check_keys(c, sinks, "data.sinks", keys)) return -1;
+        if (!cfg->dims.has_query)
+            return bad(c, "data.sinks", sinks, "sinks are aligned with the mean evaluation query; add data.query");
+        if (T < 2) return bad(c, "data.sinks", sinks, "needs at least 2 tokens (some must be left to share with)");
+        if (opt_int(c, sinks, "data.sinks", "tokens", 1, T - 1, T - 1 < 4 ? T - 1 : 4, &n)) return -1;
+        if (req_share(c, sinks, "data.sinks", "share", &cfg->sink_share)) return -1;
+        cfg->sink_tokens = (size_t)n;
+    }
+    if (recent) {
+        static const char *const keys[] = {"tokens", "share", NULL};
+        long n, room = T - 1 - (long)cfg->sink_tokens;
+        if (need_object(c, recent, "data.recent") || check_keys(c, recent, "data.recent", keys)) return -1;
+        if (!cfg->dims.has_query)
+            return bad(c, "data.recent", recent, "recent tokens are aligned with the mean evaluation query; add data.query");
+        if (room < 1)
+            return bad(c, "data.recent", recent, "needs tokens beyond the sinks and one more (got tokens = %ld)", T);
+        if (req_int(c, recent, "data.recent", "tokens", 1, room, &n)) return -1;
+        if (req_share(c, recent, "data.recent", "share", &cfg->recent_share)) return -1;
+        cfg->recent_tokens = (size_t)n;
+    }
+    if (hh) {
+        static const char *const keys[] = {"count", "share", "spread", NULL};
+        long n;
+        if (need_object(c, hh, "data.heavy_hitters") || check_keys(c, hh, "data.heavy_hitters", keys)) return -1;
+        if (!cfg->dims.has_query)
+            return bad(c, "data.heavy_hitters", hh,
+                       "heavy hitters are aligned with the mean evaluation query; add data.query");
+        long room = T - 1 - (long)cfg->sink_tokens;
+        if (opt_int(c, hh, "data.heavy_hitters", "count", 0, room < 0 ? 0 : room, 0, &n)) return -1;
+        cfg->hh_count = (size_t)n;
+        if (n > 0 && req_share(c, hh, "data.heavy_hitters", "share", &cfg->hh_share)) return -1;
+        if (n == 0 && member(hh, "share"))
+            return bad(c, "data.heavy_hitters.share", member(hh, "share"), "needs count >= 1");
+        if (opt_num(c, hh, "data.heavy_hitters", "spread", 0.0, HUGE_VAL, 0.0, &cfg->hh_spread)) return -1;
+    }
     return 0;
 }
 
 static int parse_data(const Ctx *c, Config *cfg, const cJSON *data)
 {
-    static const char *const keys[] = {"tokens", "head_dim", "keys", "values", "query", NULL};
+    static const char *const keys[] = {"tokens", "head_dim", "layers", "kv_heads", "q_heads", "keys", "values",
+                                       "query", "observe", "head_correlation", "rope", "sinks", "recent",
+                                       "heavy_hitters",
+                                       NULL};
     if (need_object(c, data, "data") || check_keys(c, data, "data", keys)) return -1;
-    long T, D;
+    long T, D, L, H, Hq;
     if (req_int(c, data, "data", "tokens", 1, (long)CONFIG_MAX_TOKENS, &T)) return -1;
     if (req_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, &D)) return -1;
     if ((unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
         return bad(c, "data.tokens", member(data, "tokens"),
                    "tokens x head_dim = %ld x %ld exceeds the limit of %lu numbers per tensor", T, D,
                    CONFIG_MAX_NUMBERS);
+    if (opt_int(c, data, "data", "layers", 1, (long)CONFIG_MAX_HEADS, 1, &L)) return -1;
+    if (opt_int(c, data, "data", "kv_heads", 1, (long)CONFIG_MAX_HEADS, 1, &H)) return -1;
+    if (opt_int(c, data, "data", "q_heads", 1, (long)CONFIG_MAX_Q_HEADS, H, &Hq)) return -1;
+    if (Hq % H != 0)
+        return bad(c, "data.q_heads", member(data, "q_heads"), "must be a multiple of kv_heads = %ld (GQA groups)", H);
+    if ((unsigned long)L * (unsigned long)H * (unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
+        return bad(c, member(data, "layers") ? "data.layers" : "data.kv_heads",
+                   member(data, "layers") ? member(data, "layers") : member(data, "kv_heads"),
+                   "layers x kv_heads x tokens x head_dim = %ld x %ld x %ld x %ld exceeds the limit of %lu numbers "
+                   "per tensor", L, H, T, D, CONFIG_MAX_NUMBERS);
     cfg->dims.T = (size_t)T;
     cfg->dims.D = (size_t)D;
+    cfg->layers = (size_t)L;
+    cfg->kv_heads = (size_t)H;
+    cfg->q_heads = (size_t)Hq;
 
+    const cJSON *hc = member(data, "head_correlation");
+    if (hc && parse_head_correlation(c, cfg, hc)) return -1;
     if (parse_keys(c, cfg, member(data, "keys"))) return -1;
 
     const cJSON *v = member(data, "values");
@@ -294,20 +557,23 @@ static int parse_data(const Ctx *c, Config *cfg, const cJSON *data)
     }
 
     const cJSON *q = member(data, "query");
-    if (q) {
-        static const char *const qkeys[] = {"generator", "token", "weight", "noise", NULL};
-        static const char *const gens[] = {"look_back", NULL};
-        long gi, tok;
-        if (need_object(c, q, "data.query") || check_keys(c, q, "data.query", qkeys)) return -1;
-        if (!member(q, "generator")) return bad(c, "data.query.generator", NULL, "missing required key (\"look_back\")");
-        if (get_choice(c, member(q, "generator"), "data.query.generator", gens, &gi)) return -1;
-        if (!v) return bad(c, "data.query", q, "a query needs data.values (attention reads V)");
-        if (req_int(c, q, "data.query", "token", 0, T - 1, &tok)) return -1;
-        cfg->q_token = (size_t)tok;
-        if (opt_num(c, q, "data.query", "weight", -HUGE_VAL, HUGE_VAL, 1.0, &cfg->q_weight)) return -1;
-        if (opt_num(c, q, "data.query", "noise", 0.0, HUGE_VAL, 0.0, &cfg->q_noise)) return -1;
-        cfg->dims.has_query = 1;
-    }
+    if (q && parse_query(c, cfg, q, v != NULL)) return -1;
+    const cJSON *o = member(data, "observe");
+    if (o && parse_observe(c, cfg, o)) return -1;
+    const cJSON *r = member(data, "rope");
+    if (r && parse_rope(c, cfg, r)) return -1;
+    if (parse_shaping(c, cfg, member(data, "sinks"), member(data, "recent"), member(data, "heavy_hitters"))) return -1;
+    return 0;
+}
+
+/* metrics: {"topk_recall_k": k} */
+static int parse_metrics(const Ctx *c, Config *cfg, const cJSON *m)
+{
+    static const char *const keys[] = {"topk_recall_k", NULL};
+    long T = (long)cfg->dims.T, k;
+    if (m && (need_object(c, m, "metrics") || check_keys(c, m, "metrics", keys))) return -1;
+    if (opt_int(c, m, "metrics", "topk_recall_k", 1, T, T < 32 ? T : 32, &k)) return -1;
+    cfg->recall_k = (size_t)k;
     return 0;
 }
 
@@ -691,12 +957,20 @@ static int json_check(const char *text, size_t len, size_t *off)
 
 /* ---- --set PATH=JSON ---- */
 
+/* s for a message: at most 60 bytes of it, then "..." (an argument may be as long as the command line). */
+static const char *clip(char *buf, size_t cap, const char *s, size_t n)
+{
+    if (n > 60) snprintf(buf, cap, "%.60s...", s);
+    else snprintf(buf, cap, "%.*s", (int)n, s);
+    return buf;
+}
+
 static int apply_set(cJSON *root, const char *arg)
 {
-    char where[256];
-    snprintf(where, sizeof where, "--set %s", arg);
+    char where[128], sarg[80], sseg[80];
+    snprintf(where, sizeof where, "--set %s", clip(sarg, sizeof sarg, arg, strlen(arg)));
     const char *eq = strchr(arg, '=');
-    if (!eq || eq == arg) return kvc_fail("%s: expected PATH=JSON, e.g. --set data.tokens=20 (got \"%s\")", where, arg);
+    if (!eq || eq == arg) return kvc_fail("%s: expected PATH=JSON, e.g. --set data.tokens=20 (got \"%s\")", where, sarg);
     size_t plen = (size_t)(eq - arg);
     char *path = xmalloc(plen + 1);
     memcpy(path, arg, plen);
@@ -706,7 +980,7 @@ static int apply_set(cJSON *root, const char *arg)
     if (!value) {
         free(path);
         return kvc_fail("%s: the value is not valid JSON; strings need quotes, e.g. '\"channel\"' (got %s)", where,
-                        eq + 1);
+                        clip(sseg, sizeof sseg, eq + 1, strlen(eq + 1)));
     }
     cJSON *node = root;
     char *seg = path, *next;
@@ -715,17 +989,18 @@ static int apply_set(cJSON *root, const char *arg)
         next = strchr(seg, '.');
         if (next) *next = '\0';
         if (!*seg) {
-            rc = kvc_fail("%s: empty component in the path (got \"%.*s\")", where, (int)plen, arg);
+            rc = kvc_fail("%s: empty component in the path (got \"%s\")", where, clip(sseg, sizeof sseg, arg, plen));
             break;
         }
         cJSON *child;
+        clip(sseg, sizeof sseg, seg, strlen(seg));
         if (cJSON_IsArray(node)) {
             char *end;
             errno = 0;
             unsigned long idx = strtoul(seg, &end, 10);
             int size = cJSON_GetArraySize(node);
             if (*end || seg[0] < '0' || seg[0] > '9' || errno || idx >= (unsigned long)size) {
-                rc = kvc_fail("%s: %s is not an index of a list of %d (got \"%s\")", where, seg, size, seg);
+                rc = kvc_fail("%s: %s is not an index of a list of %d (got \"%s\")", where, sseg, size, sseg);
                 break;
             }
             if (!next) {
@@ -750,14 +1025,15 @@ static int apply_set(cJSON *root, const char *arg)
                 for (cJSON *it = node->child; it && n < 255; it = it->next) keys[n++] = it->string;
                 keys[n] = NULL;
                 if (n)
-                    rc = kvc_fail("%s: no key \"%s\" here; did you mean \"%s\"? (got \"%s\")", where, seg,
-                                  nearest(seg, keys), seg);
+                    rc = kvc_fail("%s: no key \"%s\" here; did you mean \"%s\"? (got \"%s\")", where, sseg,
+                                  nearest(seg, keys), sseg);
                 else
-                    rc = kvc_fail("%s: no key \"%s\" here, the object is empty (got \"%s\")", where, seg, seg);
+                    rc = kvc_fail("%s: no key \"%s\" here, the object is empty (got \"%s\")", where, sseg, sseg);
                 break;
             }
         } else {
-            rc = kvc_fail("%s: cannot descend into a number, string or null at \"%s\" (got \"%s\")", where, seg, seg);
+            rc = kvc_fail("%s: cannot descend into a number, string or null at \"%s\" (got \"%s\")", where, sseg,
+                          sseg);
             break;
         }
         node = child;
@@ -818,11 +1094,12 @@ int config_parse(Config *cfg, const char *name, const char *text, size_t len, ch
     int rc = 0;
     for (size_t i = 0; i < n_sets && rc == 0; i++) rc = apply_set(root, sets[i]);
     if (rc == 0) {
-        static const char *const top[] = {"seed", "data", "experiments", NULL};
+        static const char *const top[] = {"seed", "data", "metrics", "experiments", NULL};
         if (!cJSON_IsObject(root))
             rc = bad(&c, "(top level)", root, "the config must be a JSON object");
         else if (check_keys(&c, root, "", top) || parse_seed(&c, cfg, member(root, "seed")) ||
-                 parse_data(&c, cfg, member(root, "data")) || parse_experiments(&c, cfg, member(root, "experiments")))
+                 parse_data(&c, cfg, member(root, "data")) || parse_metrics(&c, cfg, member(root, "metrics")) ||
+                 parse_experiments(&c, cfg, member(root, "experiments")))
             rc = -1;
     }
     cJSON_Delete(root);
@@ -832,6 +1109,7 @@ int config_parse(Config *cfg, const char *name, const char *text, size_t len, ch
 int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets)
 {
     memset(cfg, 0, sizeof *cfg);
+    if (!path[0]) return kvc_fail("\"\": cannot open the config: the file name is empty (got \"\")");
     FILE *f = fopen(path, "rb");
     if (!f) return kvc_fail("%s: cannot open the config (got %s)", path, strerror(errno));
     size_t cap = 4096, len = 0;
@@ -869,7 +1147,92 @@ void config_free(Config *cfg)
     if (!cfg) return;
     free(cfg->seed);
     free(cfg->outliers);
+    free(cfg->query.tokens);
+    free(cfg->observe.tokens);
     for (size_t i = 0; i < cfg->n_exps; i++) free(cfg->exps[i].label);
     free(cfg->exps);
     memset(cfg, 0, sizeof *cfg);
+}
+
+/* ==== canonical text of a config without its experiments (for src/expid.c: --resume, --shard, merge) ====
+ * Kept apart from the parser above: it only re-reads the JSON tree. The text is the config after the --set
+ * values with "seed" and "experiments" removed, compact, object keys sorted (byte order), numbers in
+ * shortest round-trip form (fmt_double), strings with only '"', '\' and control characters escaped. */
+
+static void canon_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static int canon_key_order(const void *a, const void *b)
+{
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static void canon_value(FILE *f, const cJSON *n)
+{
+    if (cJSON_IsObject(n)) {
+        size_t k = 0, cnt = (size_t)cJSON_GetArraySize(n);
+        const cJSON **kids = xmalloc(cnt * sizeof *kids);
+        for (const cJSON *it = n->child; it; it = it->next) kids[k++] = it;
+        qsort(kids, cnt, sizeof *kids, canon_key_order);
+        fputc('{', f);
+        for (size_t i = 0; i < cnt; i++) {
+            if (i) fputc(',', f);
+            canon_string(f, kids[i]->string);
+            fputc(':', f);
+            canon_value(f, kids[i]);
+        }
+        fputc('}', f);
+        free(kids);
+    } else if (cJSON_IsArray(n)) {
+        fputc('[', f);
+        for (const cJSON *it = n->child; it; it = it->next) {
+            if (it != n->child) fputc(',', f);
+            canon_value(f, it);
+        }
+        fputc(']', f);
+    } else if (cJSON_IsNumber(n)) {
+        char buf[40];
+        fmt_double(buf, sizeof buf, n->valuedouble);
+        fputs(buf, f);
+    } else if (cJSON_IsString(n)) {
+        canon_string(f, n->valuestring);
+    } else {
+        fputs(cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null", f);
+    }
+}
+
+int config_canonical_data(char **out, const char *name, const char *text, size_t len, char *const *sets,
+                          size_t n_sets)
+{
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return kvc_fail("%s: not a JSON object (got a config that changed while kvc read it?)", name);
+    }
+    for (size_t i = 0; i < n_sets; i++)
+        if (apply_set(root, sets[i])) {
+            cJSON_Delete(root);
+            return -1;
+        }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "seed");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "experiments");
+    size_t n = 0;
+    FILE *f = open_memstream(out, &n);
+    if (!f) {
+        fprintf(stderr, "kvc: out of memory (canonical config text)\n");
+        abort();
+    }
+    canon_value(f, root);
+    fclose(f);
+    cJSON_Delete(root);
+    return 0;
 }

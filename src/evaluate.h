@@ -1,8 +1,11 @@
-/* evaluate: one experiment -> one row of metrics. The "method" and "metrics" steps of the data path.
+/* evaluate: one experiment -> rows of metrics. The "method" and "metrics" steps of the data path.
  *
- * The reference (exact attention for the query) is computed once per config (eval_reference) and shared.
- * For each experiment the method produces its Compressed form; the shared attention kernel runs over what
- * the cache keeps; errors and bytes are measured against the exact data. See README.md, "Output columns".
+ * L layers, H KV heads, Hq query heads, G = Hq / H, T tokens, D head dim, N evaluation queries per
+ * (layer, query head). The reference (exact attention of every evaluation query) is computed once per config
+ * (eval_reference) and shared. For each experiment the method runs once per (layer, KV head) on that head's
+ * (T, D) cache; the shared attention kernel runs every evaluation query of the G query heads that read the head
+ * over what the cache keeps (rotated by RoPE first when the cache holds pre-RoPE keys); errors and bytes are
+ * measured against the exact data and aggregated over (layer, head, query). See README.md, "Output columns".
  */
 #ifndef KVC_EVALUATE_H
 #define KVC_EVALUATE_H
@@ -10,6 +13,7 @@
 #include "config.h"
 #include "synth.h"
 
+/* The v1 columns come first, in this order (a public interface); later columns are appended after them. */
 typedef enum {
     COL_ATTN_ERROR,
     COL_K_ERROR,
@@ -19,8 +23,15 @@ typedef enum {
     COL_BYTES,
     COL_BASELINE_BYTES,
     COL_RATIO,
+    COL_ATTN_ERROR_P50,
+    COL_ATTN_ERROR_P95,
+    COL_ATTN_ERROR_MAX,
+    COL_ATTN_KL,
+    COL_RETAINED_MASS,
+    COL_TOPK_RECALL,
     NCOLS
 } Column;
+#define NCOLS_V1 8   /* attn_error .. ratio */
 
 extern const char *const column_names[NCOLS];
 int column_is_integer(Column c);
@@ -28,18 +39,32 @@ int column_is_integer(Column c);
 typedef struct Row {
     const Experiment *ex;   /* label, method and parameters */
     double v[NCOLS];
-    unsigned char has[NCOLS];   /* 0: the metric does not apply (empty cell) */
+    unsigned char has[NCOLS];    /* 0: the metric does not apply (empty cell) */
+    unsigned char hide[NCOLS];   /* 1: has a value, but the table leaves the column out (CSV/JSONL keep it) */
+    int per_head;                /* 1: a --per-head row for (layer, head); 0: the aggregate over all heads */
+    size_t layer, head;          /* KV head */
 } Row;
 
 typedef struct Reference {
-    double *out;   /* (D,) exact attention output, or NULL without a query */
-    double *w;     /* (T,) exact attention weights, or NULL */
+    size_t nq;       /* L * Hq * N evaluation queries (0 without) */
+    double *out;     /* (L, Hq, N, D) exact attention outputs, or NULL */
+    double *w;       /* (L, Hq, N, T) exact attention weights, or NULL */
+    double *s;       /* (L, Hq, N, T) exact attention scores (q . k / sqrt(D)), or NULL */
+    double *wsum;    /* (L, H, T) per KV head: sum of w over its G query heads, then its N queries; or NULL */
+    double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL */
 } Reference;
 
 void eval_reference(Reference *ref, const Data *d);
-void reference_free(Reference *ref);
+void reference_free(Reference *ref);   /* safe on a zeroed Reference */
 
-/* Returns 0, or -1 with kvc_fail set when the method failed (e.g. LAPACK). */
+/* The aggregate row over every (layer, KV head) and query. Returns 0, or -1 with kvc_fail set when the
+ * method failed (e.g. LAPACK). */
 int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref);
+/* --per-head: d->L * d->H rows, (layer, KV head) in order; each aggregates the G query heads of its head. */
+int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
+                             const Reference *ref);
+
+/* numpy's np.percentile(x, p) with the default linear method; sorts x[0..n) in place; n >= 1. */
+double eval_percentile(double *x, size_t n, double p);
 
 #endif

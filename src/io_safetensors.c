@@ -139,7 +139,7 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, u
                         "data_offsets span %zu (got %s)", where, name, s, ds, count, bytes, end - begin, got);
     }
     if (fseeko(f, (off_t)(data_start + begin), SEEK_SET) != 0)
-        return kvc_fail("%s: cannot seek to the data of tensor \"%s\" (%s)", where, name, strerror(errno));
+        return kvc_fail("%s: cannot seek to the data of tensor \"%s\" (got %s)", where, name, strerror(errno));
     return tensorio_read_values(out, f, tw, dt, 0, 0, max_values);
 }
 

@@ -2,11 +2,14 @@
  * 2 usage or input error). stdout carries data only; messages go to stderr as "kvc: <where>: <what>".
  * stdout is flushed and checked before exit, so a full disk does not look like success.
  */
+#include "bench.h"
 #include "config.h"
 #include "evaluate.h"
 #include "linalg.h"
+#include "merge.h"
 #include "report.h"
 #include "size.h"
+#include "sweep.h"
 #include "synth.h"
 #include "util.h"
 
@@ -25,21 +28,37 @@ typedef struct Command {
 static int cmd_run(int argc, char **argv);
 static int cmd_size_main(int argc, char **argv);
 static int cmd_methods(int argc, char **argv);
+static int cmd_bench(int argc, char **argv);
+static int cmd_merge(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const Command commands[] = {
     {"run", cmd_run, "run the experiments of a JSON config and print one row per experiment",
-     "usage: kvc run CONFIG.json [--set PATH=JSON]... [--format table|csv|jsonl]\n"
+     "usage: kvc run CONFIG.json [--set PATH=JSON]... [--format table|csv|jsonl] [--per-head]\n"
+     "               [--out FILE [--resume]] [--shard I/N] [--list] [-q]\n"
      "\n"
      "Reads CONFIG.json (format: README.md, \"Config reference\"), synthesizes K, V and the query with\n"
      "numpy's generator, runs every expanded experiment through the shared attention kernel and prints\n"
-     "one row per experiment.\n"
+     "one row per experiment. CSV and JSONL rows end in an id: a hash of the config values that define\n"
+     "the row (data, seed, method, parameters), the key of --resume and kvc merge.\n"
      "\n"
      "  --set PATH=JSON   override a config value before expansion (repeatable, applied in order);\n"
      "                    PATH is dotted with list indices: seed, data.tokens, experiments.0.bits;\n"
      "                    JSON strings need quotes: --set experiments.0.axis='\"channel\"'\n"
      "  --format FORMAT   table (default: aligned, 3 decimals), csv (round-trip exact numbers),\n"
      "                    jsonl (one JSON object per row)\n"
+     "  --per-head        one row per (layer, KV head) instead of the aggregate; adds layer, head\n"
+     "  --out FILE        write the rows to FILE instead of stdout, format from --format or the name\n"
+     "                    (.csv, .jsonl, .txt); CSV and JSONL rows are appended as they finish (a killed\n"
+     "                    run keeps every finished row), a table is written whole at the end\n"
+     "  --resume          keep the rows already in FILE (matched by id; a torn last line is removed)\n"
+     "                    and run only the others; refused if FILE holds rows of another config\n"
+     "  --shard I/N       run only grid positions p with p mod N = I-1 (1 <= I <= N); combine the\n"
+     "                    shard files with kvc merge\n"
+     "  --list            print the rows this run would compute (grid position, id, experiments.N,\n"
+     "                    label; tab-separated) and compute nothing\n"
+     "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
+     "                    than a second: rows done/total, rate, ETA) and no notes\n"
      "  -h, --help        this help\n"},
     {"size", cmd_size_main, "KV-cache size arithmetic (bytes per token and in total, ratio to FP16)",
      "usage: kvc size --head-dim D [--layers L] [--kv-heads H] [--tokens T] [--batch B]\n"
@@ -56,7 +75,15 @@ static const Command commands[] = {
      "  --format FORMAT   table (default) or csv\n"
      "  -h, --help        this help\n"},
     {"methods", cmd_methods, "list the compression methods, their parameters, defaults and ranges",
-     "usage: kvc methods\n"},
+     "usage: kvc methods\n"
+     "\n"
+     "Every method runs once per (layer, KV head) on that head's (tokens, head_dim) cache; the bytes of all\n"
+     "heads are summed. A method marked [oracle] looks at the exact attention of the evaluation queries,\n"
+     "which no real cache can know: it is a bound, not a method to deploy.\n"},
+    {"bench", cmd_bench, "decode-speed benchmark: fused kernels per cache format vs. the memory bandwidth",
+     BENCH_USAGE},
+    {"merge", cmd_merge, "combine the CSV or JSONL files of shards or resumed runs, checked against the grid",
+     MERGE_USAGE},
     {"help", cmd_help, "show help for kvc or for one command", "usage: kvc help [COMMAND]\n"},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
@@ -104,9 +131,11 @@ static int cmd_run(int argc, char **argv)
 {
     const char *path = NULL, *val;
     Format fmt = FORMAT_TABLE;
+    int fmt_given = 0;
+    SweepOpts so = {0};   /* --out, --resume, --shard, --list, -q (sweep.h) */
     char **sets = xcalloc((size_t)argc, sizeof *sets);
     size_t n_sets = 0;
-    int rc = EXIT_USAGE, r;
+    int rc = EXIT_USAGE, r, per_head = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(commands[0].usage, stdout);
@@ -122,6 +151,11 @@ static int cmd_run(int argc, char **argv)
                 kvc_fail("run: --format: must be table, csv or jsonl (got \"%s\")", val);
                 goto usage;
             }
+            fmt_given = 1;
+        } else if (strcmp(argv[i], "--per-head") == 0) {
+            per_head = 1;
+        } else if ((r = sweep_option(&so, argc, argv, &i)) != 0) {
+            if (r < 0) goto usage;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             kvc_fail("run: unknown option; see kvc run --help (got \"%s\")", argv[i]);
             goto usage;
@@ -147,21 +181,41 @@ static int cmd_run(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
+    /* where rows go, which run (--shard, --resume), progress: sweep.h */
+    SweepInput si = {&cfg, path, sets, n_sets, fmt, fmt_given, per_head, d.L, d.H};
+    Sweep *sw = sweep_open(&so, &si);
+    if (!sw) {
+        data_free(&d);
+        config_free(&cfg);
+        goto usage;
+    }
     Reference ref;
     eval_reference(&ref, &d);
-    Row *rows = xcalloc(cfg.n_exps, sizeof *rows);
+    size_t per = per_head ? d.L * d.H : 1;   /* rows per experiment */
+    Row *rows = xcalloc(cfg.n_exps * per, sizeof *rows);
     rc = EXIT_OK;
-    report_header(stdout, fmt);
     for (size_t i = 0; i < cfg.n_exps; i++) {
-        if (eval_experiment(&rows[i], &cfg.exps[i], &cfg, &d, &ref)) {
+        if (!sweep_wants(sw, i)) continue;
+        Row *ri = &rows[i * per];
+        if (per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
+                     : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref)) {
+            sweep_message(sw);
             fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, cfg.exps[i].label,
                     kvc_errmsg());
             rc = EXIT_RUNTIME;
             break;
         }
-        report_row(stdout, fmt, &rows[i]);
+        if (sweep_rows(sw, ri, per, i)) {
+            sweep_message(sw);
+            fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+            rc = EXIT_RUNTIME;
+            break;
+        }
     }
-    if (rc == EXIT_OK && fmt == FORMAT_TABLE) report_table(stdout, rows, cfg.n_exps);
+    if (sweep_close(sw, rc == EXIT_OK)) {   /* the table, rename, fsync */
+        fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+        rc = EXIT_RUNTIME;
+    }
     free(rows);
     reference_free(&ref);
     data_free(&d);
@@ -195,7 +249,7 @@ static int cmd_methods(int argc, char **argv)
     }
     for (size_t i = 0; i < method_count; i++) {
         const MethodDesc *m = method_registry[i];
-        printf("%s%s\n  shrinks: %s\n  %s\n", m->name, m->needs_query ? "  [oracle: sees the evaluated query]" : "",
+        printf("%s%s\n  shrinks: %s\n  %s\n", m->name, m->needs_query ? "  [oracle: sees the evaluation queries]" : "",
                m->factor, m->summary);
         for (size_t j = 0; j < m->n_params; j++) {
             const ParamDesc *p = &m->params[j];
@@ -218,6 +272,25 @@ static int cmd_methods(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* kvc bench: src/bench.c parses its own arguments (and --help). */
+static int cmd_bench(int argc, char **argv)
+{
+    int rc = bench_command(argc, argv);
+    return rc < 0 ? usage_error() : rc;
+}
+
+static int cmd_merge(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(MERGE_USAGE, stdout);
+            return EXIT_OK;
+        }
+    int rc = merge_command(argc, argv);
+    if (rc != EXIT_OK) fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+    return rc;
+}
+
 static int cmd_help(int argc, char **argv)
 {
     if (argc < 2) {
@@ -237,8 +310,8 @@ static int cmd_help(int argc, char **argv)
 static int finish(int rc)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "kvc: stdout: write error (got %s)\n", strerror(errno));
-        return rc == EXIT_OK ? EXIT_RUNTIME : rc;
+        if (rc == EXIT_OK) fprintf(stderr, "kvc: stdout: write error (got %s)\n", strerror(errno));
+        return rc == EXIT_OK ? EXIT_RUNTIME : rc;   /* else the failing command has said why */
     }
     return rc;
 }

@@ -55,10 +55,18 @@ void report_header(FILE *f, Format fmt)
     if (fmt != FORMAT_CSV) return;
     fputs("label,method", f);
     for (int c = 0; c < NCOLS; c++) fprintf(f, ",%s", column_names[c]);
-    fputc('\n', f);
+    fputs(",id\n", f);
 }
 
-void report_row(FILE *f, Format fmt, const Row *row)
+void report_header_per_head(FILE *f, Format fmt)
+{
+    if (fmt != FORMAT_CSV) return;
+    fputs("label,method,layer,head", f);
+    for (int c = 0; c < NCOLS; c++) fprintf(f, ",%s", column_names[c]);
+    fputs(",id\n", f);
+}
+
+void report_row(FILE *f, Format fmt, const Row *row, const char *id)
 {
     const Experiment *ex = row->ex;
     char buf[64];
@@ -66,6 +74,7 @@ void report_row(FILE *f, Format fmt, const Row *row)
         csv_field(f, ex->label);
         fputc(',', f);
         csv_field(f, ex->method->name);
+        if (row->per_head) fprintf(f, ",%zu,%zu", row->layer, row->head);
         for (int c = 0; c < NCOLS; c++) {
             fputc(',', f);
             if (row->has[c]) {
@@ -73,7 +82,7 @@ void report_row(FILE *f, Format fmt, const Row *row)
                 fputs(buf, f);
             }
         }
-        fputc('\n', f);
+        fprintf(f, ",%s\n", id);
     } else if (fmt == FORMAT_JSONL) {
         fputs("{\"label\":", f);
         json_string(f, ex->label);
@@ -87,6 +96,7 @@ void report_row(FILE *f, Format fmt, const Row *row)
             else fprintf(f, "%ld", ex->p[i]);
         }
         fputc('}', f);
+        if (row->per_head) fprintf(f, ",\"layer\":%zu,\"head\":%zu", row->layer, row->head);
         for (int c = 0; c < NCOLS; c++) {
             fprintf(f, ",\"%s\":", column_names[c]);
             if (row->has[c] && isfinite(row->v[c])) {
@@ -96,7 +106,7 @@ void report_row(FILE *f, Format fmt, const Row *row)
                 fputs("null", f);
             }
         }
-        fputs("}\n", f);
+        fprintf(f, ",\"id\":\"%s\"}\n", id);
     }
     fflush(f);
 }
@@ -119,8 +129,8 @@ static size_t width(const char *s)
 
 void report_table(FILE *f, const Row *rows, size_t n)
 {
-    size_t wl = strlen("label"), wm = strlen("method"), wc[NCOLS];
-    int show[NCOLS];
+    size_t wl = strlen("label"), wm = strlen("method"), wc[NCOLS], wlay = strlen("layer"), whead = strlen("head");
+    int show[NCOLS], per_head = 0;
     char buf[64];
     for (int c = 0; c < NCOLS; c++) {
         show[c] = 0;
@@ -129,20 +139,28 @@ void report_table(FILE *f, const Row *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (width(rows[i].ex->label) > wl) wl = width(rows[i].ex->label);
         if (strlen(rows[i].ex->method->name) > wm) wm = strlen(rows[i].ex->method->name);
+        if (rows[i].per_head) {
+            per_head = 1;
+            int a = snprintf(buf, sizeof buf, "%zu", rows[i].layer), b = snprintf(buf, sizeof buf, "%zu", rows[i].head);
+            if ((size_t)a > wlay) wlay = (size_t)a;
+            if ((size_t)b > whead) whead = (size_t)b;
+        }
         for (int c = 0; c < NCOLS; c++) {
-            if (!rows[i].has[c]) continue;
+            if (!rows[i].has[c] || rows[i].hide[c]) continue;   /* hide: CSV/JSONL only (evaluate.h) */
             show[c] = 1;
             cell(buf, sizeof buf, &rows[i], c);
             if (strlen(buf) > wc[c]) wc[c] = strlen(buf);
         }
     }
     fprintf(f, "%-*s  %-*s", (int)wl, "label", (int)wm, "method");
+    if (per_head) fprintf(f, "  %*s  %*s", (int)wlay, "layer", (int)whead, "head");
     for (int c = 0; c < NCOLS; c++)
         if (show[c]) fprintf(f, "  %*s", (int)wc[c], column_names[c]);
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
         const char *label = rows[i].ex->label;
         fprintf(f, "%s%*s  %-*s", label, (int)(wl - width(label)), "", (int)wm, rows[i].ex->method->name);
+        if (per_head) fprintf(f, "  %*zu  %*zu", (int)wlay, rows[i].layer, (int)whead, rows[i].head);
         for (int c = 0; c < NCOLS; c++) {
             if (!show[c]) continue;
             cell(buf, sizeof buf, &rows[i], c);

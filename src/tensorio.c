@@ -76,13 +76,15 @@ size_t tensorio_dtype_size(TensorDtype dt)
 int tensorio_open(FILE **f, uint64_t *size, const char *path)
 {
     struct stat st;
+    *f = NULL;
+    if (!path[0]) return kvc_fail("\"\": cannot open: the file name is empty (got \"\")");
     *f = fopen(path, "rb");
-    if (!*f) return kvc_fail("%s: cannot open (%s)", path, strerror(errno));
+    if (!*f) return kvc_fail("%s: cannot open (got %s)", path, strerror(errno));
     if (fstat(fileno(*f), &st) != 0) {
         int e = errno;
         fclose(*f);
         *f = NULL;
-        return kvc_fail("%s: cannot stat (%s)", path, strerror(e));
+        return kvc_fail("%s: cannot stat (got %s)", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode) || st.st_size < 0) {
         int dir = S_ISDIR(st.st_mode);
@@ -98,7 +100,7 @@ int tensorio_stream_size(FILE *f, const char *where, uint64_t *size)
 {
     off_t end;
     if (fseeko(f, 0, SEEK_END) != 0 || (end = ftello(f)) < 0 || fseeko(f, 0, SEEK_SET) != 0)
-        return kvc_fail("%s: cannot determine the file size (%s)", where, strerror(errno));
+        return kvc_fail("%s: cannot determine the file size (got %s)", where, strerror(errno));
     *size = (uint64_t)end;
     return 0;
 }
@@ -107,7 +109,7 @@ int tensorio_read_exact(FILE *f, void *buf, size_t n, const char *where, const c
 {
     size_t got = fread(buf, 1, n, f);
     if (got == n) return 0;
-    if (ferror(f)) return kvc_fail("%s: read error in %s (%s)", where, what, strerror(errno));
+    if (ferror(f)) return kvc_fail("%s: read error in %s (got %s)", where, what, strerror(errno));
     return kvc_fail("%s: file ended early while reading %s (got %zu of %zu bytes)", where, what, got, n);
 }
 
@@ -134,8 +136,8 @@ int tensorio_shape_bytes(const size_t *shape, size_t ndim, size_t itemsize, cons
 overflow:;
     char s[128];
     tensorio_shape_str(s, sizeof s, shape, ndim);
-    return kvc_fail("%s: shape %s has more values than fit in memory (the product overflows %zu bits)", where, s,
-                    sizeof(size_t) * 8);
+    return kvc_fail("%s: shape has more values than fit in memory: the product overflows %zu bits (got %s)", where,
+                    sizeof(size_t) * 8, s);
 }
 
 /* ---- decoding ---- */

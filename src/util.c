@@ -40,8 +40,12 @@ int kvc_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    int n = vsnprintf(errbuf, sizeof errbuf, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof errbuf) { /* cut: keep the "<where>: <what> (got <value>)" shape (fuzzing found this) */
+        static const char cut[] = "... (got a message longer than 1023 bytes, cut)";
+        memcpy(errbuf + sizeof errbuf - sizeof cut, cut, sizeof cut);
+    }
     /* The message is one line whatever the input contained. */
     for (char *p = errbuf; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';

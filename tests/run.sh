@@ -2,10 +2,14 @@
 # tests/run.sh: runs every kvc test and prints "N passed, N failed" as its last line.
 # Protocol: each test program prints one line per check, "PASS <name>" or "FAIL <name>: <why>",
 # and exits non-zero when any check failed. A program that exits non-zero without printing a
-# FAIL line counts as one failure. Programs: build/tests/* (C unit tests), tests/test_*.sh, tests/test_*.py.
+# FAIL line counts as one failure. Programs: $KVC_TESTBIN/* (C unit tests), tests/test_*.sh, tests/test_*.py.
 # Run from the project root (make test does).
+# Environment: KVC (default ./kvc) is the binary the black-box tests run, KVC_TESTBIN (default build/tests)
+# the directory of C unit-test binaries; make sanitize points them at build-san/.
 PY=${PY:-/usr/bin/python3}
-export PY
+KVC=${KVC:-./kvc}
+KVC_TESTBIN=${KVC_TESTBIN:-build/tests}
+export PY KVC KVC_TESTBIN
 pass=0
 fail=0
 tmp=$(mktemp)
@@ -27,7 +31,7 @@ run_one() {
     pass=$((pass + p)); fail=$((fail + f))
 }
 
-for t in build/tests/*; do
+for t in "$KVC_TESTBIN"/*; do
     [ -x "$t" ] || continue
     case "$t" in *.d) continue ;; esac
     run_one "$t" "$t"

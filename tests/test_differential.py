@@ -29,7 +29,7 @@ import oracle  # noqa: E402
 N_CONFIGS = 30
 KEYS_ONLY = {3, 4, 17}          # configs with keys only (no values, no query)
 VALUES_NO_QUERY = {5, 21}       # values but no query
-KVC = "./kvc"
+KVC = os.environ.get("KVC", "./kvc")   # make sanitize points this at build-san/kvc
 FLOAT_COLS = ["attn_error", "k_error", "v_error", "k_error_ordinary", "k_zeroed_ordinary", "ratio"]
 INT_COLS = ["bytes", "baseline_bytes"]
 MAX_SHOWN = 4

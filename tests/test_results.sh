@@ -2,15 +2,19 @@
 # test_results.sh: what is committed under results/ is exactly what the tool prints now.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
+KVC=${KVC:-./kvc}   # make sanitize points this at build-san/kvc
+export KVC
 check() {  # check NAME FILE CMD...
     name=$1; file=$2; shift 2
     "$@" > "$tmp/out" 2>"$tmp/err"
     if cmp -s "$tmp/out" "$file"; then echo "PASS results-$name"
     else echo "FAIL results-$name: $file differs from \`$*\` (run make results)"; fail=1; fi
 }
-check lesson-txt results/lesson.txt ./kvc run configs/lesson.json
-check lesson-csv results/lesson.csv ./kvc run configs/lesson.json --format csv
-check practice-txt results/practice.txt ./kvc run configs/practice.json
-check practice-csv results/practice.csv ./kvc run configs/practice.json --format csv
+check lesson-txt results/lesson.txt "$KVC" run configs/lesson.json
+check lesson-csv results/lesson.csv "$KVC" run configs/lesson.json --format csv
+check practice-txt results/practice.txt "$KVC" run configs/practice.json
+check practice-csv results/practice.csv "$KVC" run configs/practice.json --format csv
+check realistic-txt results/realistic.txt "$KVC" run configs/realistic.json
 check size results/size.txt scripts/make-results.sh --print-size
+check pareto-csv results/pareto.csv "$KVC" run configs/sweep-pareto.json --format csv
 exit $fail

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-BIN = "build/tests/test_rng"
+BIN = os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_rng")   # make sanitize: build-san/tests
 N = 100_000
 SEEDS = [0, 42, 2**32 + 7, 12345678901234567890123, 2**53,
          31415926535897932384626433832795028841971693993751058209749445923]  # 7 words

@@ -528,7 +528,7 @@ static void test_npy_bad(void)
     for (int i = 0; i < 6; i++) put_f64(&b, i == 1 ? NAN : 1.0);
     npy_case_fail("npy_nan_fortran_index", &b, "flat index 3 (index [1, 0])");
 
-    expect_fail("npy_missing_file", tmp("nope.npy"), NULL, "cannot open (No such file or directory)");
+    expect_fail("npy_missing_file", tmp("nope.npy"), NULL, "cannot open (got No such file or directory)");
     expect_fail("npy_directory", dir, NULL, "not a regular file (got a directory)");
     npy_head(&b, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 1);
     put_f64(&b, 1.0);

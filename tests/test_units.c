@@ -1259,7 +1259,9 @@ static void test_report(void)
     FILE *f = tmpfile();
     report_header(f, FORMAT_CSV);
     char *s = slurp(f);
-    const char *hdr = "label,method,attn_error,k_error,v_error,k_error_ordinary,k_zeroed_ordinary,bytes,baseline_bytes,ratio\n";
+    /* the ten v1 columns first (a public interface), then the columns added for many heads and queries */
+    const char *hdr = "label,method,attn_error,k_error,v_error,k_error_ordinary,k_zeroed_ordinary,bytes,baseline_bytes,ratio,"
+                      "attn_error_p50,attn_error_p95,attn_error_max,attn_kl,retained_mass,topk_recall,id\n";
     check(strcmp(s, hdr) == 0, "report_csv_header", "expected \"%s\", got \"%s\"", hdr, s);
     free(s);
     fclose(f);
@@ -1279,9 +1281,9 @@ static void test_report(void)
     Row r1 = make_row(&ex, v1, h1);
 
     f = tmpfile();
-    report_row(f, FORMAT_CSV, &r1);
+    report_row(f, FORMAT_CSV, &r1, "0123456789abcdef");
     s = slurp(f);
-    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2\n";
+    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2,,,,,,,0123456789abcdef\n";
     check(strcmp(s, want) == 0, "report_csv_quoting_and_empty_cells", "expected %s got %s", want, s);
     free(s);
     fclose(f);
@@ -1301,9 +1303,9 @@ static void test_report(void)
         const unsigned char h0[NCOLS] = {0};
         Row r = make_row(&ex, v0, h0);
         f = tmpfile();
-        report_row(f, FORMAT_CSV, &r);
+        report_row(f, FORMAT_CSV, &r, "0123456789abcdef");
         s = slurp(f);
-        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,\n", q[k].field);
+        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,,,,,,,,0123456789abcdef\n", q[k].field);
         snprintf(nm, sizeof nm, "report_csv_field_%zu", k);
         check(strcmp(s, w2) == 0, nm, "expected [%s] got [%s]", w2, s);
         free(s);
@@ -1318,12 +1320,14 @@ static void test_report(void)
     const unsigned char h2[NCOLS] = {1, 1, 0, 1, 0, 1, 1, 1};
     Row r2 = make_row(&ex, v2, h2);
     f = tmpfile();
-    report_row(f, FORMAT_JSONL, &r2);
+    report_row(f, FORMAT_JSONL, &r2, "0123456789abcdef");
     s = slurp(f);
     const char *wj = "{\"label\":\"q\\\"uote\\\\back\\nnew\\ttab\\u0001ctl\\u001fend\\u000d\",\"method\":\"quantize\","
                      "\"params\":{\"bits\":4,\"axis\":\"channel\",\"apply_to\":\"kv\"},\"attn_error\":0.25,"
                      "\"k_error\":null,\"v_error\":null,\"k_error_ordinary\":1e-300,\"k_zeroed_ordinary\":null,"
-                     "\"bytes\":10,\"baseline_bytes\":20,\"ratio\":2}\n";
+                     "\"bytes\":10,\"baseline_bytes\":20,\"ratio\":2,\"attn_error_p50\":null,\"attn_error_p95\":null,"
+                     "\"attn_error_max\":null,\"attn_kl\":null,\"retained_mass\":null,\"topk_recall\":null,"
+                     "\"id\":\"0123456789abcdef\"}\n";
     check(strcmp(s, wj) == 0, "report_jsonl_exact", "expected %s got %s", wj, s);
     cJSON *j = cJSON_Parse(s);
     const cJSON *jl = j ? cJSON_GetObjectItemCaseSensitive(j, "label") : NULL;
@@ -1337,8 +1341,8 @@ static void test_report(void)
     fclose(f);
     /* one JSON line per row, even with a newline in the label */
     f = tmpfile();
-    report_row(f, FORMAT_JSONL, &r2);
-    report_row(f, FORMAT_JSONL, &r1);
+    report_row(f, FORMAT_JSONL, &r2, "0123456789abcdef");
+    report_row(f, FORMAT_JSONL, &r1, "0123456789abcdef");
     s = slurp(f);
     size_t nl = 0;
     for (char *p = s; *p; p++) nl += *p == '\n';
@@ -1347,7 +1351,7 @@ static void test_report(void)
     fclose(f);
     /* table format writes nothing per row */
     f = tmpfile();
-    report_row(f, FORMAT_TABLE, &r1);
+    report_row(f, FORMAT_TABLE, &r1, "0123456789abcdef");
     check(ftell(f) == 0, "report_row_table_writes_nothing", "wrote %ld bytes", ftell(f));
     fclose(f);
 

@@ -2,8 +2,10 @@
  *
  * sink_window      keep the first `sinks` tokens and the last `window` (StreamingLLM). Positions are implied by
  *                  the two numbers, so no index bytes are stored.
- * topk_attention   keep the `budget` tokens with the largest exact attention weight for the evaluated query
- *                  (an oracle: no real cache can know the future query). Ties go to the earlier token.
+ * topk_attention   keep the `budget` tokens with the largest exact attention weight for the evaluated queries
+ *                  (an oracle: no real cache can know the future query). Per (layer, KV head) the weight of a
+ *                  token is w_ref, the sum over the evaluation queries of the query heads that read this KV
+ *                  head (one query: its own weights). Ties go to the earlier token.
  *                  Kept-token indices are stored as int32: 4 bytes per kept token.
  * Stored bytes: 2 * kept * D for K, and again for V when the cache holds values, plus the index bytes.
  */
@@ -110,7 +112,8 @@ static int tk_apply(Compressed *out, const Experiment *ex, const MethodInput *in
 const MethodDesc method_topk_attention = {
     .name = "topk_attention",
     .factor = "tokens",
-    .summary = "ORACLE: keep the `budget` tokens with the largest exact attention weight for the evaluated query",
+    .summary = "ORACLE: per KV head, keep the `budget` tokens with the largest exact attention weight summed over "
+               "the evaluation queries that read it",
     .params = tk_params,
     .n_params = sizeof tk_params / sizeof tk_params[0],
     .needs_query = 1,

@@ -43,15 +43,26 @@ enum { POS_SCALAR = -1, POS_DEFAULT = -2 };
 typedef struct Dims {
     size_t T, D;          /* tokens, head dim */
     int has_values;       /* V is part of the cache */
-    int has_query;
+    int has_query;        /* evaluation queries exist */
 } Dims;
 
-/* Inputs of a method: the exact cache and, when a query exists, its exact attention weights. */
+/* Inputs of a method for one (layer, KV head): the exact cache of that head and what the method may look at.
+ * Methods run once per (layer, KV head) and know nothing of the others; the bytes of all heads are summed.
+ * G = H_q / H_kv query heads read this KV head (GQA). */
 typedef struct MethodInput {
     size_t T, D;
-    const double *K;      /* (T, D) */
+    const double *K;      /* (T, D) what the cache holds (pre-RoPE keys when the config caches them so) */
     const double *V;      /* (T, D), or NULL when the cache holds keys only */
-    const double *w_ref;  /* (T,) exact attention weights, or NULL without a query */
+    const double *w_ref;  /* (T,) ORACLE ONLY: total exact attention weight of the evaluation queries of the G
+                             query heads (summed over query head, then query); NULL without queries */
+    /* For methods that pick tokens from attention (H2O, SnapKV, TOVA, ...): they may look only here. */
+    const double *K_att;  /* (T, D) the keys attention reads (post-RoPE); NULL means K */
+    const double *Q_obs;  /* (G, W, D) observation queries, attention space, or NULL; query at obs_pos[j] may
+                             attend to tokens 0..obs_pos[j] only (causal) */
+    const size_t *obs_pos;   /* (W,) ascending token positions of the observation queries */
+    size_t n_obs_heads;   /* G, 0 without observation queries */
+    size_t n_obs;         /* W */
+    size_t layer, head;   /* which (layer, KV head) this is, for messages */
 } MethodInput;
 
 /* Output of a method. Owned by the caller after apply(); free with compressed_free(). */

@@ -1,0 +1,75 @@
+/* decode: one decode step over a stored KV cache, the speed path of kvc. L layers, Hkv KV heads, Hq query
+ * heads (a multiple of Hkv: G = Hq / Hkv query heads share each KV head), T tokens, D head dim.
+ *
+ * A step: for every layer l and query head h (KV head h / G), over the T cached tokens,
+ *     s_t = (q . k_t) / sqrt(D),  p_t = exp(s_t - max s),  out = sum_t p_t v_t / sum_t p_t
+ * where k_t, v_t are the values the stored format reads back (store.h), read directly from the packed
+ * bytes by the fused kernels (src/decode/kernels*.c): no dequantized copy of the cache is made.
+ *   - Per-channel key scales, 1/sqrt(D), the kernels' column order and raw-value factor (AVX2 reads E4M3 as
+ *     FP16, 1/256 of its value) are folded into q once per step; per-channel value scales and the
+ *     factor into the output once per step.
+ *   - GQA: each KV head's rows are converted once for all G query heads of its group.
+ *   - Low-rank keys (rank R): q' = B q once per step (in double, rounded to float), then s_t = c_t . q'
+ *     over the R stored coefficients. Low-rank values: the R-dim weighted sum times B at the end.
+ *   - An evicted cache is a cache with fewer tokens: pass the compacted kept rows.
+ * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens); each item computes the
+ * block's scores, its max m_b, p = exp(s - m_b), l_b = sum p and acc_b = sum p v in float32, written to its
+ * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
+ * The partition does not depend on the thread count, so the output is bit-identical for any --threads.
+ *
+ * Implementations: DECODE_FUSED (AVX2+FMA+F16C when the CPU has them, checked with
+ * __builtin_cpu_supports at decoder_create; else the scalar kernels), DECODE_REF (the scalar `_ref`
+ * kernels, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
+ * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
+ * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
+ * DECODE_FUSED use the scalar kernels.
+ *
+ * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double.
+ * Against attention over the dequantized cache in double (attn_forward), the relative error of the
+ * output is below DECODE_TOL for every format (tests/test_decode.c; kvc bench reports it).
+ *
+ * Ownership: the decoder keeps pointers to the caller's tensors (which must outlive it) and owns its
+ * threads and scratch. Not thread-safe per decoder.
+ */
+#ifndef KVC_DECODE_H
+#define KVC_DECODE_H
+
+#include "store.h"
+
+#include <stddef.h>
+
+#define DECODE_BLOCK 2048     /* tokens per work item */
+#define DECODE_TOL 1e-5       /* relative error bound of a step's output vs. double precision */
+
+typedef enum DecodeImpl { DECODE_FUSED = 0, DECODE_REF = 1, DECODE_NAIVE = 2 } DecodeImpl;
+
+typedef enum DecodeMode {
+    DECODE_FULL = 0,   /* attention output */
+    DECODE_KEYS = 1,   /* key side only: scores and their max; out[(l*Hq + h)*D] = max_t s_t, rest 0 */
+} DecodeMode;
+
+typedef struct DecodeCache {
+    size_t L, Hkv, T, D;
+    const StoreTensor *K;   /* L * Hkv tensors, index l * Hkv + h, each (T, D) (low rank allowed) */
+    const StoreTensor *V;   /* same */
+} DecodeCache;
+
+typedef struct Decoder Decoder;
+
+/* Checks the cache (every tensor (T, D), Hq a positive multiple of Hkv, threads in 1..1024) and starts
+ * the threads. Returns NULL with kvc_fail set on bad input. */
+Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl);
+/* q is (L, Hq, D), out is (L, Hq, D), both row-major float. */
+void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
+void decoder_free(Decoder *d);   /* NULL-safe */
+
+/* The kernel set DECODE_FUSED uses on this machine: "avx2" or "scalar". */
+const char *decode_isa(void);
+/* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
+ * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of
+ * each pass in sec[0..repeat). Returns 0, or -1 with kvc_fail set if the threads cannot start. */
+int decode_read_times(double *sec, int repeat, const float *x, size_t n, int threads);
+/* Monotonic clock in seconds. */
+double decode_now(void);
+
+#endif

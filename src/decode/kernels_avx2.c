@@ -1,0 +1,548 @@
+/* kernels_avx2: the decode kernels with AVX2 + FMA + F16C intrinsics (see kernels.h). This file alone is
+ * compiled with -mavx2 -mfma -mf16c; decode.c calls it only after __builtin_cpu_supports says the CPU has
+ * all three. Its scalar twins are in kernels_ref.c.
+ *
+ * Every format is read in "units": a few stored bytes that expand to 1..4 vectors of 8 floats
+ * (cvt_unit). f32/f16/bf16/e4m3/e5m2/int8: 8 values; int4: 8 bytes = 16 values (low nibbles, then high
+ * nibbles: kernel order, see col_order); int2: 8 bytes = 32 values; q8_0/q4_0: one 32-value block with its
+ * FP16 scale. E4M3 is widened to FP16 by a shift (its value is that FP16 times 256; the caller folds the 256
+ * into the query and the output); E5M2 is the top byte of an FP16.
+ *
+ * Memory is read in address order (measured: interleaving several rows' streams, or revisiting a tile
+ * column group by column group, cost a third of the bandwidth on the development machine), with a
+ * software prefetch PF_AHEAD bytes ahead.
+ * Scores: one row after the other, GC query heads at a time; each unit is converted once for all GC heads
+ * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (independent FMA chains), block
+ * formats keep a per-block partial sum scaled once by the block's FP16 scale; 8 / GC rows' vectors are
+ * reduced together.
+ * V, one query head: tokens in pairs, the W accumulators in L1 (load, 2 FMAs, store). V, GC >= 2 heads
+ * (GQA): a tile of up to 32 tokens is converted once to float32 in a 16 KiB scratch (exact values, block
+ * scales applied), then column groups are accumulated in GC x (8 / GC) registers.
+ * The summation order depends only on W, n and G, never on the thread count.
+ */
+#include "decode/kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+
+#define UNROLL _Pragma("GCC unroll 16")
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0; }
+INLINE size_t unit_of(StoreType t)
+{
+    return t == STORE_INT4 ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
+}
+INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
+INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
+{
+    switch (t) {
+    case STORE_F32: return 32;
+    case STORE_F16:
+    case STORE_BF16: return 16;
+    case STORE_Q8_0: return sizeof(StoreBlockQ8_0);
+    case STORE_Q4_0: return sizeof(StoreBlockQ4_0);
+    default: return 8;
+    }
+}
+
+INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *)(const void *)p); }
+
+/* x[0..nv) = the unit at p in kernel order; *d = the block scale (block formats). */
+INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
+{
+    switch (t) {
+    case STORE_F32: x[0] = _mm256_loadu_ps((const float *)(const void *)p); break;
+    case STORE_F16: x[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); break;
+    case STORE_BF16:
+        x[0] = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+        break;
+    case STORE_E4M3: {
+        /* sign-extended byte << 7: exponent and mantissa land in FP16 position, the sign in bits 14 and 15;
+         * clear bit 14 (0xBFFF as int16 is -16385) */
+        __m128i w = _mm_slli_epi16(_mm_cvtepi8_epi16(load8(p)), 7);
+        x[0] = _mm256_cvtph_ps(_mm_and_si128(w, _mm_set1_epi16(-16385)));
+        break;
+    }
+    case STORE_E5M2: x[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(_mm_setzero_si128(), load8(p))); break;
+    case STORE_INT8: x[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p))); break;
+    case STORE_INT4: {
+        __m256i b = _mm256_cvtepu8_epi32(load8(p)), m = _mm256_set1_epi32(15), o = _mm256_set1_epi32(8);
+        x[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, m), o));
+        x[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), o));
+        break;
+    }
+    case STORE_INT2: {
+        __m256i b = _mm256_cvtepu8_epi32(load8(p)), m = _mm256_set1_epi32(3), o = _mm256_set1_epi32(2);
+        x[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, m), o));
+        x[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(b, 2), m), o));
+        x[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(b, 4), m), o));
+        x[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 6), o));
+        break;
+    }
+    case STORE_Q8_0: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        UNROLL for (int c = 0; c < 4; c++) x[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p + 2 + 8 * c)));
+        break;
+    }
+    case STORE_Q4_0: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
+        __m256i m = _mm256_set1_epi32(15), o = _mm256_set1_epi32(8);
+        x[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b0, m), o));   /* values 0..7 */
+        x[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b1, m), o));   /* 8..15 */
+        x[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b0, 4), o));  /* 16..23 */
+        x[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b1, 4), o));  /* 24..31 */
+        break;
+    }
+    default: break;
+    }
+}
+
+/* A column past the last full unit, as the vector code reads it (E4M3: 1/256 of its value, exact). */
+INLINE float tail_elem(const StoreType t, const uint8_t *row, size_t j)
+{
+    float v = decode_elem(t, row, j);
+    return t == STORE_E4M3 ? v * 0x1p-8f : v;
+}
+
+INLINE float hsum(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* out[m] = horizontal sum of acc[m], m < M (M = 8, 4, or fewer). */
+INLINE void reduce(const int M, const __m256 *acc, float *out)
+{
+    if (M == 8) {
+        __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+        __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+        __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+        _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
+    } else if (M == 4) {
+        __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    } else {
+        UNROLL for (int m = 0; m < M; m++) out[m] = hsum(acc[m]);
+    }
+}
+
+/* ---- scores ---------------------------------------------------------------------------------------------- */
+
+enum { PF_AHEAD = 2048 };   /* software prefetch distance in bytes: rows are read in address order */
+
+INLINE void prefetch_range(const uint8_t *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+}
+
+/* K units u..u+K of one row into the A accumulators per head: elementwise formats send vector v of the
+ * group to accumulator v % A; block formats form each block's partial sum, scaled by its FP16 scale into
+ * accumulator (unit % A). */
+INLINE void dot_units(const StoreType T, const int GC, const int A, const int K, __m256 *a, const float *qp, size_t W,
+                      const uint8_t *row, size_t u)
+{
+    const size_t UNIT = unit_of(T), UB = ub_of(T);
+    const int NV = nv_of(T);
+    UNROLL for (int k = 0; k < K; k++) {
+        const float *qu = qp + (u + (size_t)k) * UNIT;
+        __m256 x[4], d = _mm256_setzero_ps();
+        cvt_unit(T, row + (u + (size_t)k) * UB, x, &d);
+        UNROLL for (int g = 0; g < GC; g++) {
+            if (is_block(T)) {
+                __m256 part = _mm256_mul_ps(_mm256_loadu_ps(qu + (size_t)g * W), x[0]);
+                UNROLL for (int c = 1; c < NV; c++)
+                    part = _mm256_fmadd_ps(_mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c), x[c], part);
+                a[g * A + k % A] = _mm256_fmadd_ps(d, part, a[g * A + k % A]);
+            } else {
+                UNROLL for (int c = 0; c < NV; c++) {
+                    const int ai = g * A + (k * NV + c) % A;
+                    a[ai] = _mm256_fmadd_ps(_mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c), x[c], a[ai]);
+                }
+            }
+        }
+    }
+}
+
+/* The GC dot products of one row as vectors of 8 partial sums, out[g]: 8 / GC independent accumulators
+ * per head (one FMA chain each), so a single row keeps the FMA units busy without reading several rows'
+ * streams at once. */
+INLINE void row_dots(const StoreType T, const int GC, __m256 *out, const float *qp, size_t W, const uint8_t *row,
+                     size_t nu)
+{
+    const int A = 8 / GC, NV = nv_of(T);
+    const int UP = is_block(T) ? A : (A / NV > 1 ? A / NV : 1);   /* units per full round over the accumulators */
+    __m256 a[8];
+    UNROLL for (int k = 0; k < GC * A; k++) a[k] = _mm256_setzero_ps();
+    size_t u = 0;
+    for (; u + (size_t)UP <= nu; u += (size_t)UP) dot_units(T, GC, A, UP, a, qp, W, row, u);
+    if (UP >= 4)
+        for (; u + (size_t)(UP / 2) <= nu; u += (size_t)(UP / 2)) dot_units(T, GC, A, UP / 2, a, qp, W, row, u);
+    for (; u < nu; u++) dot_units(T, GC, A, 1, a, qp, W, row, u);
+    UNROLL for (int g = 0; g < GC; g++) {
+        UNROLL for (int w = A / 2; w >= 1; w /= 2)
+            UNROLL for (int k = 0; k < w; k++) a[g * A + k] = _mm256_add_ps(a[g * A + k], a[g * A + k + w]);
+        out[g] = a[g * A];
+    }
+}
+
+/* Rows t..t+R (R <= 8 / GC; s columns i..i+R) for GC heads (qp at the first of them). Rows are read one
+ * after the other, in address order; their partial-sum vectors are reduced together. */
+INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, size_t ls, const float *qp,
+                        const KRows *k, size_t t, size_t i)
+{
+    const size_t W = k->W, UNIT = unit_of(T), nu = W / UNIT, rb = k->row_bytes, j0 = nu * UNIT;
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, R * rb);
+    __m256 rs[8];
+    for (size_t r = 0; r < R; r++) row_dots(T, GC, rs + r * (size_t)GC, qp, W, base + r * rb, nu);
+    for (size_t m = R * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_ps();
+    float out[8];
+    reduce(8, rs, out);
+    for (size_t r = 0; r < R; r++) {
+        const uint8_t *row = base + r * rb;
+        float rsc = k->rscale ? _cvtsh_ss(k->rscale[t + r]) : 1.0f;
+        UNROLL for (int g = 0; g < GC; g++) {
+            float v = out[r * (size_t)GC + (size_t)g];
+            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
+            s[(size_t)g * ls + i + r] = v * rsc;
+        }
+    }
+}
+
+INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
+                      size_t t0, size_t n)
+{
+    const size_t R = (size_t)(8 / GC);
+    for (size_t i = 0; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
+}
+
+INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
+                       size_t n)
+{
+    const size_t W = k->W;
+    for (size_t g = 0; g < G;) {
+        size_t left = G - g;
+        if (left >= 8 && !is_block(T)) {
+            scores_gc(T, 8, s + g * ls, ls, qp + g * W, k, t0, n);
+            g += 8;
+        } else if (left >= 4) {
+            scores_gc(T, 4, s + g * ls, ls, qp + g * W, k, t0, n);
+            g += 4;
+        } else if (left >= 2) {
+            scores_gc(T, 2, s + g * ls, ls, qp + g * W, k, t0, n);
+            g += 2;
+        } else {
+            scores_gc(T, 1, s + g * ls, ls, qp + g * W, k, t0, n);
+            g += 1;
+        }
+    }
+}
+
+/* ---- weighted V sum ----------------------------------------------------------------------------------------- */
+
+enum { SCR = 4096, VT_MAX = 32 };   /* GQA tile scratch: floats (16 KiB, stays in L1); tokens per tile */
+
+/* The weights of tokens t.. t+nt for GC heads, times the per-token FP16 scales: pw[g*VT_MAX + i]. */
+INLINE void tile_weights(const int GC, float *pw, const float *p, size_t lp, const KRows *v, size_t t, size_t i0,
+                         size_t nt)
+{
+    for (int g = 0; g < GC; g++) {
+        const float *pg = p + (size_t)g * lp + i0;
+        float *o = pw + (size_t)g * VT_MAX;
+        size_t i = 0;
+        if (v->rscale) {
+            for (; i + 8 <= nt; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(pg + i),
+                                                      _mm256_cvtph_ps(_mm_loadu_si128(
+                                                          (const __m128i *)(const void *)(v->rscale + t + i)))));
+            for (; i < nt; i++) o[i] = pg[i] * _cvtsh_ss(v->rscale[t + i]);
+        } else {
+            for (; i < nt; i++) o[i] = pg[i];
+        }
+    }
+}
+
+/* Column tails (W % unit) of a tile, scalar. */
+INLINE void tail_columns(const StoreType T, const int GC, float *acc, const float *pw, const KRows *v, size_t t, size_t nt)
+{
+    const size_t W = v->W, j0 = W / unit_of(T) * unit_of(T);
+    if (j0 == W) return;
+    for (size_t i = 0; i < nt; i++) {
+        const uint8_t *row = v->codes + (t + i) * v->row_bytes;
+        for (int g = 0; g < GC; g++) {
+            float w = pw[(size_t)g * VT_MAX + i];
+            for (size_t j = j0; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
+        }
+    }
+}
+
+/* One query head: tokens in pairs, in address order; the W accumulators stay in L1 (load, two FMAs, store). */
+INLINE void vacc_one(const StoreType T, float *restrict acc, const float *p, const KRows *v, size_t t0, size_t n)
+{
+    const size_t W = v->W, UNIT = unit_of(T), UB = ub_of(T), rb = v->row_bytes, nu = W / UNIT;
+    const int NV = nv_of(T);
+    float pw[VT_MAX];
+    for (size_t i0 = 0; i0 < n; i0 += VT_MAX) {
+        size_t nt = n - i0 < VT_MAX ? n - i0 : VT_MAX, t = t0 + i0;
+        tile_weights(1, pw, p, 0, v, t, i0, nt);
+        const uint8_t *row = v->codes + t * rb;
+        size_t i = 0;
+        for (; i + 2 <= nt; i += 2, row += 2 * rb) {
+            prefetch_range(row + PF_AHEAD, 2 * rb);
+            __m256 w0 = _mm256_broadcast_ss(pw + i), w1 = _mm256_broadcast_ss(pw + i + 1);
+            for (size_t u = 0; u < nu; u++) {
+                __m256 x0[4], x1[4], d0 = _mm256_setzero_ps(), d1 = d0;
+                cvt_unit(T, row + u * UB, x0, &d0);
+                cvt_unit(T, row + rb + u * UB, x1, &d1);
+                __m256 a0 = is_block(T) ? _mm256_mul_ps(w0, d0) : w0, a1 = is_block(T) ? _mm256_mul_ps(w1, d1) : w1;
+                float *ac = acc + u * UNIT;
+                UNROLL for (int c = 0; c < NV; c++)
+                    _mm256_storeu_ps(ac + 8 * c,
+                                     _mm256_fmadd_ps(a1, x1[c], _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c))));
+            }
+        }
+        for (; i < nt; i++, row += rb) {
+            __m256 w0 = _mm256_broadcast_ss(pw + i);
+            for (size_t u = 0; u < nu; u++) {
+                __m256 x0[4], d0 = _mm256_setzero_ps();
+                cvt_unit(T, row + u * UB, x0, &d0);
+                __m256 a0 = is_block(T) ? _mm256_mul_ps(w0, d0) : w0;
+                float *ac = acc + u * UNIT;
+                UNROLL for (int c = 0; c < NV; c++)
+                    _mm256_storeu_ps(ac + 8 * c, _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c)));
+            }
+        }
+        tail_columns(T, 1, acc, pw, v, t, nt);
+    }
+}
+
+/* GQA: the tile's rows (full units only) converted to float32 in scr (nt rows of ld floats). */
+INLINE void tile_convert(const StoreType T, float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
+{
+    const size_t UNIT = unit_of(T), UB = ub_of(T), rb = v->row_bytes, nu = v->W / UNIT;
+    const int NV = nv_of(T);
+    const uint8_t *row = v->codes + t * rb;
+    for (size_t i = 0; i < nt; i++, row += rb) {
+        prefetch_range(row + PF_AHEAD, rb);
+        float *o = scr + i * ld;
+        for (size_t u = 0; u < nu; u++) {
+            __m256 x[4], d = _mm256_setzero_ps();
+            cvt_unit(T, row + u * UB, x, &d);
+            UNROLL for (int c = 0; c < NV; c++)
+                _mm256_store_ps(o + u * UNIT + 8 * (size_t)c, is_block(T) ? _mm256_mul_ps(d, x[c]) : x[c]);
+        }
+    }
+}
+
+/* acc[g*W + 8*(v0+c)] += sum_i pw[g*VT_MAX + i] * scr[i*ld + 8*(v0+c)], c < NA, g < GC: GC * NA register
+ * accumulators over the tile (format-independent). */
+INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const float *pw, const float *scr, size_t ld,
+                     size_t nt, size_t v0)
+{
+    __m256 a[8];
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_loadu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c));
+    for (size_t i = 0; i < nt; i++) {
+        const float *x = scr + i * ld + 8 * v0;
+        UNROLL for (int g = 0; g < GC; g++) {
+            __m256 w = _mm256_broadcast_ss(pw + (size_t)g * VT_MAX + i);
+            UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_fmadd_ps(w, _mm256_load_ps(x + 8 * c), a[g * NA + c]);
+        }
+    }
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c), a[g * NA + c]);
+}
+
+#define DEFINE_TILE_FMA(GC)                                                                                       \
+    static void tile_fma_##GC(float *acc, size_t W, const float *pw, const float *scr, size_t ld, size_t nt,   \
+                              size_t nvec)                                                                      \
+    {                                                                                                           \
+        size_t v = 0;                                                                                           \
+        for (; v + 8 / GC <= nvec; v += 8 / GC) tile_fma(GC, 8 / GC, acc, W, pw, scr, ld, nt, v);              \
+        for (; v < nvec; v++) tile_fma(GC, 1, acc, W, pw, scr, ld, nt, v);                                      \
+    }
+DEFINE_TILE_FMA(2)
+DEFINE_TILE_FMA(4)
+DEFINE_TILE_FMA(8)
+
+/* GC >= 2 heads: per tile of nt <= VT_MAX tokens, convert once into scr, then accumulate column groups. */
+INLINE void vacc_group(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
+                       size_t n)
+{
+    const size_t W = v->W, Wp = W / unit_of(T) * unit_of(T);
+    size_t vt = SCR / (Wp ? Wp : 1);
+    if (vt > VT_MAX) vt = VT_MAX;
+    float scr[SCR] __attribute__((aligned(32)));
+    float pw[8 * VT_MAX];
+    for (size_t i0 = 0; i0 < n; i0 += vt) {
+        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0;
+        tile_weights(GC, pw, p, lp, v, t, i0, nt);
+        if (Wp) {
+            tile_convert(T, scr, Wp, v, t, nt);
+            if (GC == 2) tile_fma_2(acc, W, pw, scr, Wp, nt, Wp / 8);
+            else if (GC == 4) tile_fma_4(acc, W, pw, scr, Wp, nt, Wp / 8);
+            else tile_fma_8(acc, W, pw, scr, Wp, nt, Wp / 8);
+        }
+        tail_columns(T, GC, acc, pw, v, t, nt);
+    }
+}
+
+INLINE void vacc_all(const StoreType T, float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,
+                     size_t n)
+{
+    const size_t W = v->W;
+    /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
+    const int tiles = W / unit_of(T) * unit_of(T) * 8 <= SCR;
+    for (size_t g = 0; g < G;) {
+        size_t left = G - g;
+        if (left >= 8 && tiles) {
+            vacc_group(T, 8, acc + g * W, p + g * lp, lp, v, t0, n);
+            g += 8;
+        } else if (left >= 4 && tiles) {
+            vacc_group(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
+            g += 4;
+        } else if (left >= 2 && tiles) {
+            vacc_group(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
+            g += 2;
+        } else {
+            vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
+            g += 1;
+        }
+    }
+}
+
+#define DEFINE_FORMAT(NAME, TYPE)                                                                                \
+    static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,       \
+                              size_t n)                                                                         \
+    {                                                                                                           \
+        scores_all(TYPE, s, ls, qp, G, k, t0, n);                                                               \
+    }                                                                                                           \
+    static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n) \
+    {                                                                                                           \
+        vacc_all(TYPE, acc, p, lp, G, v, t0, n);                                                                \
+    }
+
+DEFINE_FORMAT(f32, STORE_F32)
+DEFINE_FORMAT(f16, STORE_F16)
+DEFINE_FORMAT(bf16, STORE_BF16)
+DEFINE_FORMAT(e4m3, STORE_E4M3)
+DEFINE_FORMAT(e5m2, STORE_E5M2)
+DEFINE_FORMAT(int8, STORE_INT8)
+DEFINE_FORMAT(int4, STORE_INT4)
+DEFINE_FORMAT(int2, STORE_INT2)
+DEFINE_FORMAT(q8_0, STORE_Q8_0)
+DEFINE_FORMAT(q4_0, STORE_Q4_0)
+
+/* int4: in each full unit of 16, positions 0..7 read the even columns, 8..15 the odd ones; int2: position
+ * 8k + i of a unit of 32 reads column 4i + k. Columns past the last full unit keep their place. */
+static void col_order_avx2(size_t *perm, StoreType t, size_t W)
+{
+    size_t U = t == STORE_INT4 ? 16 : t == STORE_INT2 ? 32 : 1, full = W / U * U;
+    for (size_t p = 0; p < W; p++) {
+        size_t base = p / U * U, o = p % U;
+        if (p >= full || U == 1) perm[p] = p;
+        else if (t == STORE_INT4) perm[p] = base + (o < 8 ? 2 * o : 2 * (o - 8) + 1);
+        else perm[p] = base + 4 * (o % 8) + o / 8;
+    }
+}
+
+static float max_avx2(const float *s, size_t n)
+{
+    size_t i = 0;
+    float m = s[0];
+    if (n >= 8) {
+        __m256 v = _mm256_loadu_ps(s);
+        for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + i));
+        __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+        x = _mm_max_ss(x, _mm_movehdup_ps(x));
+        m = _mm_cvtss_f32(x);
+    }
+    for (; i < n; i++)
+        if (s[i] > m) m = s[i];
+    return m;
+}
+
+/* exp(x) for x <= 0 (Cephes expf): n = round(x log2 e), r = x - n ln 2 in two steps, a degree-6
+ * polynomial, times 2^n. Inputs below -87.3 are clamped (the result, ~1e-38, is negligible in a sum of
+ * weights that includes exp(0) = 1). */
+INLINE __m256 exp256(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static float exp_sum_avx2(float *s, size_t n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum(acc);
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - m);
+        sum += s[i];
+    }
+    return sum;
+}
+
+static float read_sum_avx2(const float *x, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += x[i];
+    return sum;
+}
+
+static const KernelSet kernels_avx2 = {
+    .name = "avx2",
+    .scores = {scores_f32, scores_f16, scores_bf16, scores_e4m3, scores_e5m2, scores_int8, scores_int4, scores_int2,
+               scores_q8_0, scores_q4_0},
+    .vacc = {vacc_f32, vacc_f16, vacc_bf16, vacc_e4m3, vacc_e5m2, vacc_int8, vacc_int4, vacc_int2, vacc_q8_0,
+             vacc_q4_0},
+    .raw_scale = {1, 1, 1, 256, 1, 1, 1, 1, 1, 1},
+    .col_order = col_order_avx2,
+    .max = max_avx2,
+    .exp_sum = exp_sum_avx2,
+    .read_sum = read_sum_avx2,
+};
+
+const KernelSet *decode_kernels_avx2(void) { return &kernels_avx2; }
+
+#else
+/* Built without -mavx2 -mfma -mf16c (a non-x86 target): no AVX2 kernels. */
+const KernelSet *decode_kernels_avx2(void) { return NULL; }
+#endif

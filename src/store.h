@@ -1,0 +1,166 @@
+/* store: the stored formats of a KV cache, defined once. The quantizers write exactly what a cache would
+ * hold (codes packed to their bit width, FP16 scales, ggml blocks, a low-rank basis); the dequantizers give
+ * back K'/V' for the quality path (double) and the naive decode path (float); the fused decode kernels
+ * (src/decode/) read the same bytes directly. Byte counts come from the buffers (store_bytes).
+ *
+ * One StoreTensor is one head's K or V: T tokens, D head dim, row-major, token t's codes at
+ * codes + t * row_bytes. With R > 0 (low rank) the stored rows are the R coefficients of each token and
+ * the tensor is X' = C' B' with C' the dequantized (T, R) coefficients and B' the FP16 basis (R, D).
+ * W = (R ? R : D) is the number of stored columns per token.
+ *
+ * Formats (per stored element unless said otherwise; every multi-byte value is little-endian):
+ *   f32    IEEE binary32, 4 bytes.
+ *   f16    IEEE binary16, round to nearest even from the exact input (float or double, one rounding);
+ *          |x| >= 65520 gives +-inf, subnormals are kept, NaN gives sign|0x7E00.
+ *   bf16   bfloat16, round to nearest even (overflow carries to +-inf, subnormals kept); NaN gives
+ *          sign|0x7FC0. For float input this is ggml's ((bits + 0x7FFF + lsb) >> 16).
+ *   e4m3   OCP FP8 E4M3FN: bias 7, max 448 (0x7E), S.1111.111 is NaN, no infinity.
+ *   e5m2   FP8 E5M2: bias 15, max 57344 (0x7B), 0x7C inf, 0x7D-0x7F NaN.
+ *          FP8 encoding: the input widened to double is rounded once to nearest even, the sign is kept
+ *          on zero and underflow, overflow (and +-inf) saturates to +-max, NaN gives 0x7F.
+ *   int8 / int4 / int2   symmetric integer codes, qmax = 2^(bits-1) - 1 (127, 7, 1), one FP16 scale per
+ *          group: a token row (axis token, T scales) or a stored column (axis channel, W scales).
+ *          scale = fp16(max|x| / qmax) (computed in double, saturated to 65504); codes are
+ *          clip(rint(x / scale), -qmax, qmax) against that stored scale; value = code * scale.
+ *          A group whose max is 0 (or whose scale underflows FP16 to 0) stores scale 0 and codes 0.
+ *          A NaN input element gets code 0. Packing, per token row, starting on a byte boundary
+ *          (row_bytes = ceil(W * bits / 8)): int8 one two's-complement byte per code; int4 stores
+ *          n = code + 8 (1..15), element j in the low nibble of byte j/2 when j is even, the high nibble
+ *          when odd; int2 stores n = code + 2 (1..3), element j in bits 2*(j%4) of byte j/4.
+ *   q8_0   ggml block of 32 along the row: {fp16 d; int8 qs[32]}, 34 bytes; value qs[i] * d.
+ *   q4_0   ggml block of 32: {fp16 d; u8 qs[16]}, 18 bytes, element i in the low nibble of qs[i], element
+ *          i + 16 in the high nibble; value (n - 8) * d.
+ *          Both are bit-exact with ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref (float32 arithmetic,
+ *          no FMA): double input is first rounded to float32, as ggml only takes float32. W % 32 == 0.
+ *   low rank (R > 0)   the coefficients in any of the formats above (W = R columns), plus the basis
+ *          B' (R, D) in FP16, 2 * R * D bytes.
+ *
+ * Bytes (store_bytes): T * row_bytes + 2 * (number of scales) + 2 * R * D.
+ *
+ * Dequantized values: every format's value is exact in float32 (codes of at most 8 bits times an FP16
+ * scale), so the double and float dequantizers agree exactly for full-rank tensors; low rank multiplies
+ * C' B' in double through BLAS dgemm (store_dequantize_f64) or in float (store_dequantize_f32).
+ *
+ * Ownership: store_alloc allocates every buffer (64-byte aligned); store_free releases them (NULL-safe,
+ * idempotent). No function prints. Bad shapes or names return -1 with kvc_fail set; a broken invariant
+ * (quantizing into an unallocated tensor) is an assert.
+ *
+ * Hook for the method library: a method that knows its stored form fills a StoreTensor per head
+ * (store_alloc + store_quantize_* or writing the codes itself), reports store_bytes, and reconstructs its
+ * K'/V' with store_dequantize_f64; src/decode/decode.h takes arrays of such tensors for a timed step.
+ */
+#ifndef KVC_STORE_H
+#define KVC_STORE_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum StoreType {
+    STORE_F32,
+    STORE_F16,
+    STORE_BF16,
+    STORE_E4M3,
+    STORE_E5M2,
+    STORE_INT8,
+    STORE_INT4,
+    STORE_INT2,
+    STORE_Q8_0,
+    STORE_Q4_0,
+    STORE_NTYPES
+} StoreType;
+
+typedef enum StoreAxis { STORE_AXIS_TOKEN = 0, STORE_AXIS_CHANNEL = 1 } StoreAxis;
+
+/* A tensor format: element type, scale axis (integer types only), rank (0 = full). */
+typedef struct StoreFormat {
+    StoreType type;
+    StoreAxis axis;
+    size_t rank;
+} StoreFormat;
+
+/* ggml blocks (ggml-common.h): 32 values along the row, an FP16 scale first. */
+#define STORE_QK 32
+typedef struct StoreBlockQ8_0 {
+    uint16_t d;
+    int8_t qs[STORE_QK];
+} StoreBlockQ8_0;
+typedef struct StoreBlockQ4_0 {
+    uint16_t d;
+    uint8_t qs[STORE_QK / 2];
+} StoreBlockQ4_0;
+static_assert(sizeof(StoreBlockQ8_0) == 34, "q8_0 block is 34 bytes");
+static_assert(sizeof(StoreBlockQ4_0) == 18, "q4_0 block is 18 bytes");
+
+typedef struct StoreTensor {
+    StoreFormat fmt;
+    size_t T, D;         /* logical shape: T tokens, D head dim */
+    size_t W;            /* stored columns per token: D, or fmt.rank when low rank */
+    size_t row_bytes;    /* bytes of one token's codes */
+    uint8_t *codes;      /* (T, row_bytes) */
+    uint16_t *scales;    /* FP16; n_scales = T (axis token) or W (axis channel) for int types, else 0 */
+    size_t n_scales;
+    uint16_t *basis;     /* FP16 (rank, D) when fmt.rank > 0, else NULL */
+} StoreTensor;
+
+/* Name of a type ("f16", "int4", "q8_0", ...); NULL for an invalid type. */
+const char *store_type_name(StoreType t);
+/* Bits of one stored code (32, 16, 8, 4, 2; q8_0 8, q4_0 4), block and group scales not included. */
+int store_type_bits(StoreType t);
+int store_type_is_int(StoreType t);   /* int8 / int4 / int2: has FP16 group scales */
+
+/* Parses one tensor format: TYPE[ch] or lrR[:TYPE[ch]]:
+ *   f32 f16 bf16 e4m3 (alias fp8) e5m2 int8 int4 int2 q8_0 q4_0; an int type with suffix "ch" has one scale
+ *   per channel ("int4ch"), without it one per token; "lr32" is rank-32 low rank with f16 coefficients,
+ *   "lr32:int8" with int8 coefficients. Returns 0, or -1 with kvc_fail("<what>: ...") set. */
+int store_format_parse(StoreFormat *f, const char *name, const char *what);
+/* Writes the canonical name of f (as store_format_parse reads it) into buf. */
+void store_format_name(char *buf, size_t cap, StoreFormat f);
+
+/* Checks that format f can store a (T, D) tensor (ranges, q formats need W % 32 == 0, rank <= D) and
+ * that its sizes fit in size_t. Returns 0 or -1 with kvc_fail set ("<what>: ..."). */
+int store_check(StoreFormat f, size_t T, size_t D, const char *what);
+/* Bytes the codes of one row of W stored columns take. */
+size_t store_row_bytes(StoreType t, size_t W);
+
+/* Allocates a tensor of format f for (T, D) (store_check must pass; asserted). Codes, scales and basis
+ * are zeroed. */
+void store_alloc(StoreTensor *st, StoreFormat f, size_t T, size_t D);
+void store_free(StoreTensor *st);
+
+/* Quantizes x (T, W) row-major into st (pack). For low rank, x holds the coefficients (T, R); set the
+ * basis with store_set_basis. The float and double entry points give identical bytes for equal values
+ * (float input is widened exactly), except q8_0 / q4_0, whose definition is float32 arithmetic on
+ * the input rounded to float32 (for float input: on the input itself). */
+void store_quantize_f64(StoreTensor *st, const double *x);
+void store_quantize_f32(StoreTensor *st, const float *x);
+/* Rounds B (R, D) to FP16 into st->basis. */
+void store_set_basis_f64(StoreTensor *st, const double *B);
+void store_set_basis_f32(StoreTensor *st, const float *B);
+
+/* The tensor the cache holds, (T, D): the values read back (low rank: C' B'). */
+void store_dequantize_f64(double *x, const StoreTensor *st);
+void store_dequantize_f32(float *x, const StoreTensor *st);
+/* Stored rows only, (T, W), in natural column order (no basis applied). */
+void store_dequantize_rows_f32(float *x, const StoreTensor *st, size_t t0, size_t n);
+
+/* Bytes the tensor occupies, computed from its buffers: T*row_bytes + 2*n_scales + 2*rank*D. */
+uint64_t store_bytes(const StoreTensor *st);
+
+/* Element conversions (exact round to nearest even, see above). Codes are the raw bit patterns. */
+uint16_t store_f16_from_f64(double x);
+uint16_t store_f16_from_f32(float x);     /* same result as store_f16_from_f64((double)x), faster */
+float store_f16_to_f32(uint16_t h);
+uint16_t store_bf16_from_f64(double x);
+uint16_t store_bf16_from_f32(float x);
+float store_bf16_to_f32(uint16_t h);
+uint8_t store_e4m3_from_f64(double x);
+uint8_t store_e5m2_from_f64(double x);
+float store_e4m3_to_f32(uint8_t c);
+float store_e5m2_to_f32(uint8_t c);
+
+/* ggml reference block quantizers on one row of n floats (n % 32 == 0), exactly as published. */
+void store_quantize_row_q8_0(StoreBlockQ8_0 *y, const float *x, size_t n);
+void store_quantize_row_q4_0(StoreBlockQ4_0 *y, const float *x, size_t n);
+
+#endif

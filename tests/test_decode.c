@@ -1,0 +1,229 @@
+/* test_decode: the decode kernels (src/decode/) against the quality path and against each other.
+ *
+ * For every stored format (f32 ... q4_0, per-token and per-channel int scales, low-rank keys and values)
+ * and odd shapes (T = 1, a block boundary +- 1, T not a multiple of any unit; D = 64 / 128 / 256 and
+ * a D that is not a multiple of 8 or 16; G = 1, 3, 4, 9 query heads per KV head; all-zero tokens and
+ * channels), each implementation's output is compared with attention in double over the dequantized
+ * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
+ * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score.
+ * Prints PASS/FAIL lines and exits 1 on any failure.
+ */
+#include "attention.h"
+#include "decode/decode.h"
+#include "linalg.h"
+#include "rng.h"
+#include "store.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+static void check(int ok, const char *name, const char *why)
+{
+    if (ok) printf("PASS %s\n", name);
+    else {
+        printf("FAIL %s: %s\n", name, why);
+        failures++;
+    }
+}
+
+typedef struct Case {
+    size_t L, Hkv, G, T, D;
+    StoreFormat kf, vf;
+    StoreTensor *K, *V;
+    float *q;        /* (L, Hq, D) */
+    double *ref;     /* (L, Hq, D) attention over the dequantized cache, in double */
+    double *ref_max; /* (L, Hq) max score */
+} Case;
+
+/* K, V: N(0, 1) with token 1 and channel 2 all zero (when they exist); low rank: random factors. */
+static void case_init(Case *c, const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T,
+                      size_t D, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->L = L, c->Hkv = Hkv, c->G = G, c->T = T, c->D = D;
+    if (store_format_parse(&c->kf, kname, "k") || store_format_parse(&c->vf, vname, "v")) abort();
+    size_t n = L * Hkv, Hq = Hkv * G;
+    rng r;
+    rng_seed_u64(&r, seed);
+    c->K = xcalloc(n, sizeof *c->K);
+    c->V = xcalloc(n, sizeof *c->V);
+    double *x = xmalloc(T * D * sizeof *x), *B = xmalloc(D * D * sizeof *B);
+    for (size_t i = 0; i < n; i++)
+        for (int kv = 0; kv < 2; kv++) {
+            StoreFormat f = kv ? c->vf : c->kf;
+            StoreTensor *st = kv ? &c->V[i] : &c->K[i];
+            size_t W = f.rank ? f.rank : D;
+            rng_normal_fill(&r, x, T * W);
+            for (size_t t = 0; t < T; t++) {
+                if (t == 1)
+                    for (size_t j = 0; j < W; j++) x[t * W + j] = 0.0;
+                if (W > 2) x[t * W + 2] = 0.0;
+            }
+            store_alloc(st, f, T, D);
+            store_quantize_f64(st, x);
+            if (f.rank) {
+                rng_normal_fill(&r, B, f.rank * D);
+                for (size_t k = 0; k < f.rank * D; k++) B[k] /= sqrt((double)f.rank);
+                store_set_basis_f64(st, B);
+            }
+        }
+    c->q = xmalloc(L * Hq * D * sizeof *c->q);
+    rng_normal_fill(&r, x, L * Hq * D < T * D ? L * Hq * D : T * D);
+    for (size_t i = 0; i < L * Hq * D; i++) c->q[i] = (float)(i < T * D ? x[i] * 1.5 : 0.1 * (double)(i % 7));
+    /* the reference */
+    c->ref = xmalloc(L * Hq * D * sizeof *c->ref);
+    c->ref_max = xmalloc(L * Hq * sizeof *c->ref_max);
+    double *Kd = xmalloc(T * D * sizeof *Kd), *Vd = xmalloc(T * D * sizeof *Vd), *w = xmalloc(T * sizeof *w);
+    double *qd = xmalloc(D * sizeof *qd), *s = xmalloc(T * sizeof *s);
+    for (size_t l = 0; l < L; l++)
+        for (size_t h = 0; h < Hkv; h++) {
+            store_dequantize_f64(Kd, &c->K[l * Hkv + h]);
+            store_dequantize_f64(Vd, &c->V[l * Hkv + h]);
+            for (size_t g = 0; g < G; g++) {
+                size_t qi = l * Hq + h * G + g;
+                for (size_t j = 0; j < D; j++) qd[j] = c->q[qi * D + j];
+                attn_forward(c->ref + qi * D, w, qd, Kd, Vd, T, D);
+                double mx = -INFINITY;
+                for (size_t t = 0; t < T; t++) {
+                    double a = 0;
+                    for (size_t j = 0; j < D; j++) a += Kd[t * D + j] * qd[j];
+                    s[t] = a / sqrt((double)D);
+                    if (s[t] > mx) mx = s[t];
+                }
+                c->ref_max[qi] = mx;
+            }
+        }
+    free(x), free(B), free(Kd), free(Vd), free(w), free(qd), free(s);
+}
+
+static void case_free(Case *c)
+{
+    for (size_t i = 0; i < c->L * c->Hkv; i++) {
+        store_free(&c->K[i]);
+        store_free(&c->V[i]);
+    }
+    free(c->K), free(c->V), free(c->q), free(c->ref), free(c->ref_max);
+}
+
+static float *run(const Case *c, DecodeImpl impl, int threads, DecodeMode mode)
+{
+    DecodeCache dc = {c->L, c->Hkv, c->T, c->D, c->K, c->V};
+    Decoder *d = decoder_create(&dc, c->Hkv * c->G, threads, impl);
+    if (!d) {
+        printf("FAIL decoder-create: %s\n", kvc_errmsg());
+        failures++;
+        return NULL;
+    }
+    size_t n = c->L * c->Hkv * c->G * c->D;
+    float *out = xmalloc(n * sizeof *out);
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    decoder_step(d, out, c->q, mode);
+    decoder_free(d);
+    return out;
+}
+
+static double rel_err(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        num += e * e;
+        den += b[i] * b[i];
+        if (isnan(a[i])) return INFINITY;
+    }
+    return den == 0 ? sqrt(num) : sqrt(num / den);
+}
+
+static const char *const impl_name[] = {"fused", "ref", "naive"};
+
+/* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
+static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
+                     int threads_check)
+{
+    Case c;
+    case_init(&c, kname, vname, L, Hkv, G, T, D, 1000 + T + D + G);
+    size_t n = L * Hkv * G * D;
+    char name[160], why[256];
+    float *o[3];
+    for (int impl = 0; impl < 3; impl++) {
+        o[impl] = run(&c, (DecodeImpl)impl, 1, DECODE_FULL);
+        if (!o[impl]) continue;
+        double e = rel_err(o[impl], c.ref, n);
+        snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double", impl_name[impl], kname, vname, T, D, G);
+        snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
+        check(e < DECODE_TOL, name, why);
+    }
+    if (o[0] && o[1]) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            num += ((double)o[0][i] - o[1][i]) * ((double)o[0][i] - o[1][i]);
+            den += (double)o[1][i] * o[1][i];
+        }
+        double e = den == 0 ? sqrt(num) : sqrt(num / den);
+        snprintf(name, sizeof name, "decode-fused-vs-ref-%s/%s-T%zu-D%zu-G%zu", kname, vname, T, D, G);
+        snprintf(why, sizeof why, "relative difference %.3g > %g", e, DECODE_TOL);
+        check(e < DECODE_TOL, name, why);
+    }
+    if (threads_check && o[0]) {
+        int same = 1;
+        for (int th = 2; th <= 3; th++) {
+            float *ot = run(&c, DECODE_FUSED, th, DECODE_FULL);
+            if (!ot || memcmp(ot, o[0], n * sizeof *ot) != 0) same = 0;
+            free(ot);
+        }
+        snprintf(name, sizeof name, "decode-threads-1-2-3-identical-%s/%s-T%zu-D%zu-G%zu", kname, vname, T, D, G);
+        check(same, name, "the output changed with the thread count");
+        float *ok = run(&c, DECODE_FUSED, 2, DECODE_KEYS);
+        double worst = 0;
+        for (size_t i = 0; ok && i < L * Hkv * G; i++) {
+            double e = fabs(ok[i * D] - c.ref_max[i]) / (1.0 + fabs(c.ref_max[i]));
+            if (!(e <= worst)) worst = e;
+        }
+        snprintf(name, sizeof name, "decode-keys-mode-max-score-%s-T%zu-D%zu-G%zu", kname, T, D, G);
+        snprintf(why, sizeof why, "max score off by %.3g", worst);
+        check(ok && worst < DECODE_TOL, name, why);
+        free(ok);
+    }
+    for (int impl = 0; impl < 3; impl++) free(o[impl]);
+    case_free(&c);
+}
+
+int main(void)
+{
+    la_init();
+    static const char *const fmts[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "int8", "int4", "int2",
+                                       "int8ch", "int4ch", "int2ch", "q8_0", "q4_0"};
+    size_t nf = sizeof fmts / sizeof fmts[0];
+    /* every format at D = 128 with GQA, T crossing a block boundary */
+    for (size_t i = 0; i < nf; i++) run_case(fmts[i], fmts[i], 1, 2, 4, 2049, 128, 1);
+    /* odd sizes: one token, T = 37, D = 64 / 256, G = 1 / 3 / 9 */
+    for (size_t i = 0; i < nf; i++) {
+        run_case(fmts[i], fmts[i], 1, 1, 1, 1, 64, 0);
+        run_case(fmts[i], fmts[i], 2, 1, 3, 37, 256, 0);
+        run_case(fmts[i], fmts[i], 1, 1, 9, 100, 64, 0);
+    }
+    /* D not a multiple of 8/16/32 (not for q8_0 / q4_0): column tails */
+    for (size_t i = 0; i < nf - 2; i++) run_case(fmts[i], fmts[i], 1, 2, 2, 45, 37, 0);
+    /* mixed K/V formats, KIVI-like per-channel keys, low rank keys and values */
+    run_case("int4ch", "int4", 1, 2, 4, 300, 128, 1);
+    run_case("lr32", "f16", 1, 2, 4, 2100, 128, 1);
+    run_case("lr16:int8", "q8_0", 1, 1, 3, 77, 64, 0);
+    run_case("f16", "lr8", 1, 1, 2, 50, 64, 0);
+    run_case("lr5", "lr3:int4", 1, 1, 1, 20, 40, 0);
+    run_case("q4_0", "e4m3", 2, 2, 1, 4097, 64, 1);
+    /* bad input */
+    Case c;
+    case_init(&c, "f16", "f16", 1, 2, 1, 4, 64, 1);
+    DecodeCache dc = {1, 2, 4, 64, c.K, c.V};
+    check(decoder_create(&dc, 3, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "multiple of the 2 KV heads"),
+          "decode-rejects-hq-not-multiple", kvc_errmsg());
+    check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());
+    case_free(&c);
+    printf("# fused kernels: %s\n", decode_isa());
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,376 @@
+/* test_store: unit checks of the stored formats (src/store.h), and a helper for tests/test_store.py.
+ *
+ * No arguments: runs the C checks (PASS/FAIL lines, exit 1 on any failure):
+ *   byte counts against the packed buffer sizes, all-zero groups (scale 0, zeros back, no NaN),
+ *   float and double entry points agreeing, f16/bf16 fast paths against the exact double path,
+ *   round trips of every FP16 / FP8 code, integer codes in range and within half a step.
+ * Helper modes (read stdin, write stdout; used by test_store.py, which holds the independent oracle):
+ *   --decode-fp8              256 lines "code e4m3 e5m2" with the values as C99 hex floats
+ *   --encode                  per input line (a double as hex float): "f16 bf16 e4m3 e5m2" codes in hex
+ *   --quantize FMT T W        float32 (T, W) little-endian on stdin -> codes, then scales (raw bytes)
+ */
+#include "store.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+static void check(int ok, const char *name, const char *why)
+{
+    if (ok) printf("PASS %s\n", name);
+    else {
+        printf("FAIL %s: %s\n", name, why);
+        failures++;
+    }
+}
+
+static double lcg_normal(uint64_t *s)
+{
+    /* Box-Muller on a 64-bit LCG: test data only, not numpy's stream. */
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    double u1 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    double u2 = (double)(*s >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static const char *const all_formats[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "int8", "int4", "int2",
+                                          "int8ch", "int4ch", "int2ch", "q8_0", "q4_0", "lr8", "lr16:int4"};
+#define NFMT (sizeof all_formats / sizeof all_formats[0])
+
+/* Bytes of a (T, D) tensor written out from the format's definition, independently of store_bytes. */
+static uint64_t expected_bytes(StoreFormat f, size_t T, size_t D)
+{
+    uint64_t W = f.rank ? f.rank : D, codes;
+    switch (f.type) {
+    case STORE_F32: codes = 4 * W * T; break;
+    case STORE_F16:
+    case STORE_BF16: codes = 2 * W * T; break;
+    case STORE_INT4: codes = T * ((W * 4 + 7) / 8); break;
+    case STORE_INT2: codes = T * ((W * 2 + 7) / 8); break;
+    case STORE_Q8_0: codes = T * (W / 32) * (2 + 32); break;
+    case STORE_Q4_0: codes = T * (W / 32) * (2 + 16); break;
+    default: codes = W * T; break;
+    }
+    if (store_type_is_int(f.type)) codes += 2 * (f.axis == STORE_AXIS_TOKEN ? T : W);
+    if (f.rank) codes += 2 * f.rank * D;
+    return codes;
+}
+
+static void test_bytes(void)
+{
+    static const size_t shapes[][2] = {{1, 32}, {7, 64}, {33, 96}, {5, 128}, {3, 256}, {9, 33}, {4, 35}};
+    int ok = 1;
+    char why[256] = "";
+    for (size_t i = 0; i < NFMT; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            StoreFormat f;
+            if (store_format_parse(&f, all_formats[i], "test")) {
+                ok = 0;
+                snprintf(why, sizeof why, "%s", kvc_errmsg());
+                continue;
+            }
+            size_t T = shapes[s][0], D = shapes[s][1];
+            if (store_check(f, T, D, "test")) continue;   /* q formats with D % 32 != 0 */
+            StoreTensor st;
+            store_alloc(&st, f, T, D);
+            uint64_t got = store_bytes(&st), want = expected_bytes(f, T, D);
+            uint64_t buf = (uint64_t)st.T * st.row_bytes + 2 * st.n_scales + (st.basis ? 2 * f.rank * D : 0);
+            if (got != want || got != buf) {
+                ok = 0;
+                snprintf(why, sizeof why, "%s T=%zu D=%zu: store_bytes %llu, definition %llu, buffers %llu",
+                         all_formats[i], T, D, (unsigned long long)got, (unsigned long long)want,
+                         (unsigned long long)buf);
+            }
+            store_free(&st);
+        }
+    check(ok, "store-bytes-match-buffers", why);
+    /* q formats reject a head dim that is not a multiple of 32 */
+    StoreFormat f;
+    store_format_parse(&f, "q4_0", "test");
+    check(store_check(f, 4, 48, "k") == -1 && strstr(kvc_errmsg(), "multiple of 32"), "store-q-needs-32",
+          kvc_errmsg());
+    check(store_format_parse(&f, "int5", "--formats") == -1 && strstr(kvc_errmsg(), "unknown format"),
+          "store-parse-unknown", kvc_errmsg());
+    check(store_format_parse(&f, "f16ch", "--formats") == -1, "store-parse-ch-only-int", "f16ch accepted");
+}
+
+/* All-zero tensors and groups: scale 0, zeros back, never NaN. */
+static void test_zero_groups(void)
+{
+    int ok = 1;
+    char why[256] = "";
+    size_t T = 5, D = 64;
+    double *x = xcalloc(T * D, sizeof *x), *y = xmalloc(T * D * sizeof *y);
+    for (size_t j = 0; j < D; j++) x[2 * D + j] = (double)j - 20.0;   /* one non-zero token; others all zero */
+    for (size_t i = 0; i < NFMT; i++) {
+        StoreFormat f;
+        store_format_parse(&f, all_formats[i], "test");
+        if (f.rank) continue;
+        StoreTensor st;
+        store_alloc(&st, f, T, D);
+        store_quantize_f64(&st, x);
+        store_dequantize_f64(y, &st);
+        for (size_t t = 0; t < T; t++)
+            for (size_t j = 0; j < D; j++) {
+                double v = y[t * D + j];
+                int zero_row = t != 2, zero_col = j == 20;
+                if (isnan(v) || ((zero_row || (f.axis == STORE_AXIS_TOKEN && zero_col)) && v != 0.0)) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "%s: (%zu,%zu) reads back %g", all_formats[i], t, j, v);
+                }
+            }
+        if (f.type == STORE_INT8 && f.axis == STORE_AXIS_TOKEN && st.scales[0] != 0) {
+            ok = 0;
+            snprintf(why, sizeof why, "int8: all-zero token has scale 0x%04x", st.scales[0]);
+        }
+        store_free(&st);
+    }
+    check(ok, "store-all-zero-groups", why);
+    free(x);
+    free(y);
+}
+
+/* The float and double entry points give the same bytes; dequantize f32 == f64. */
+static void test_f32_f64(void)
+{
+    int ok = 1;
+    char why[256] = "";
+    size_t T = 17, D = 96;
+    uint64_t seed = 7;
+    double *xd = xmalloc(T * D * sizeof *xd), *yd = xmalloc(T * D * sizeof *yd);
+    float *xf = xmalloc(T * D * sizeof *xf), *yf = xmalloc(T * D * sizeof *yf);
+    for (size_t i = 0; i < T * D; i++) {
+        xf[i] = (float)(lcg_normal(&seed) * (i % 7 == 0 ? 30.0 : 1.0));
+        xd[i] = xf[i];
+    }
+    for (size_t i = 0; i < NFMT; i++) {
+        StoreFormat f;
+        store_format_parse(&f, all_formats[i], "test");
+        if (f.rank) continue;
+        StoreTensor a, b;
+        store_alloc(&a, f, T, D);
+        store_alloc(&b, f, T, D);
+        store_quantize_f64(&a, xd);
+        store_quantize_f32(&b, xf);
+        if (memcmp(a.codes, b.codes, T * a.row_bytes) != 0 ||
+            (a.n_scales && memcmp(a.scales, b.scales, a.n_scales * 2) != 0)) {
+            ok = 0;
+            snprintf(why, sizeof why, "%s: float and double input give different bytes", all_formats[i]);
+        }
+        store_dequantize_f64(yd, &a);
+        store_dequantize_f32(yf, &a);
+        for (size_t k = 0; k < T * D; k++)
+            if ((double)yf[k] != yd[k]) {
+                ok = 0;
+                snprintf(why, sizeof why, "%s: dequantize f32 %g != f64 %g at %zu", all_formats[i], (double)yf[k],
+                         yd[k], k);
+                break;
+            }
+        store_free(&a);
+        store_free(&b);
+    }
+    check(ok, "store-f32-f64-agree", why);
+    free(xd);
+    free(yd);
+    free(xf);
+    free(yf);
+}
+
+static int same_bits16(uint16_t a, uint16_t b) { return a == b; }
+
+static void test_half_paths(void)
+{
+    /* The fast float paths equal the exact double path on a strided sweep of all float bit patterns
+     * (every 1021st pattern, plus the neighbours of every FP16 / BF16 rounding boundary below). */
+    int ok16 = 1, okbf = 1;
+    char why[256] = "";
+    for (uint64_t u = 0; u <= 0xFFFFFFFFu; u += 1021) {
+        uint32_t b = (uint32_t)u;
+        float f;
+        memcpy(&f, &b, 4);
+        if (isnan(f)) continue;
+        if (!same_bits16(store_f16_from_f32(f), store_f16_from_f64(f)) && ok16) {
+            ok16 = 0;
+            snprintf(why, sizeof why, "f16 of %a: fast 0x%04x exact 0x%04x", (double)f, store_f16_from_f32(f),
+                     store_f16_from_f64(f));
+        }
+        if (!same_bits16(store_bf16_from_f32(f), store_bf16_from_f64(f)) && okbf) {
+            okbf = 0;
+            snprintf(why, sizeof why, "bf16 of %a: fast 0x%04x exact 0x%04x", (double)f, store_bf16_from_f32(f),
+                     store_bf16_from_f64(f));
+        }
+    }
+    /* every FP16 midpoint and its float neighbours */
+    for (uint32_t h = 0; h < 0x7C00; h++) {
+        double lo = store_f16_to_f32((uint16_t)h), hi = h + 1 == 0x7C00 ? 65536.0 : store_f16_to_f32((uint16_t)(h + 1));
+        float mid = (float)((lo + hi) / 2);   /* exact: at most 12 significant bits */
+        float cand[3] = {nextafterf(mid, 0.0f), mid, nextafterf(mid, INFINITY)};
+        for (int k = 0; k < 3; k++)
+            for (int s = 0; s < 2; s++) {
+                float v = s ? -cand[k] : cand[k];
+                if (store_f16_from_f32(v) != store_f16_from_f64(v) && ok16) {
+                    ok16 = 0;
+                    snprintf(why, sizeof why, "f16 of %a: fast 0x%04x exact 0x%04x", (double)v,
+                             store_f16_from_f32(v), store_f16_from_f64(v));
+                }
+            }
+    }
+    check(ok16, "store-f16-fast-equals-exact", why);
+    check(okbf, "store-bf16-fast-equals-exact", why);
+
+    int ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = store_f16_to_f32((uint16_t)h);
+        if (isnan(v)) continue;
+        if (store_f16_from_f32(v) != h || store_f16_from_f64(v) != h) ok = 0;
+    }
+    check(ok, "store-f16-roundtrip-all-codes", "a code did not survive decode + encode");
+    ok = 1;
+    for (uint32_t c = 0; c < 256; c++) {
+        float a = store_e4m3_to_f32((uint8_t)c), b = store_e5m2_to_f32((uint8_t)c);
+        if (!isnan(a) && store_e4m3_from_f64(a) != c) ok = 0;
+        if (!isnan(b) && !isinf(b) && store_e5m2_from_f64(b) != c) ok = 0;
+    }
+    check(ok, "store-fp8-roundtrip-all-codes", "a code did not survive decode + encode");
+    check(store_e4m3_from_f64(NAN) == 0x7F && store_e5m2_from_f64(-NAN) == 0x7F &&
+              store_e4m3_from_f64(INFINITY) == 0x7E && store_e4m3_from_f64(-INFINITY) == 0xFE &&
+              store_e5m2_from_f64(INFINITY) == 0x7B && store_e4m3_from_f64(-0.0) == 0x80 &&
+              store_e4m3_from_f64(-1e-30) == 0x80,
+          "store-fp8-specials", "NaN, inf, -0 or underflow encoded wrongly");
+    check(store_f16_from_f64(65520.0) == 0x7C00 && store_f16_from_f64(65519.99) == 0x7BFF &&
+              store_f16_from_f64(-INFINITY) == 0xFC00 && (store_f16_from_f64(NAN) & 0x7FFF) == 0x7E00 &&
+              store_bf16_from_f32(NAN) == 0x7FC0,
+          "store-half-specials", "overflow, inf or NaN encoded wrongly");
+}
+
+/* Integer codes: within +-qmax, |x - x'| <= scale/2 unless clipped, scale = fp16(amax/qmax). */
+static void test_int_codes(void)
+{
+    int ok = 1;
+    char why[256] = "";
+    size_t T = 9, D = 37;
+    uint64_t seed = 11;
+    double *x = xmalloc(T * D * sizeof *x), *y = xmalloc(T * D * sizeof *y);
+    for (size_t i = 0; i < T * D; i++) x[i] = lcg_normal(&seed);
+    const char *names[] = {"int8", "int4", "int2", "int8ch", "int4ch", "int2ch"};
+    for (size_t i = 0; i < 6; i++) {
+        StoreFormat f;
+        store_format_parse(&f, names[i], "test");
+        StoreTensor st;
+        store_alloc(&st, f, T, D);
+        store_quantize_f64(&st, x);
+        store_dequantize_f64(y, &st);
+        for (size_t t = 0; t < T; t++)
+            for (size_t j = 0; j < D; j++) {
+                double sc = store_f16_to_f32(st.scales[f.axis == STORE_AXIS_TOKEN ? t : j]);
+                double qmax = f.type == STORE_INT8 ? 127 : f.type == STORE_INT4 ? 7 : 1;
+                double code = y[t * D + j] / sc, err = fabs(x[t * D + j] - y[t * D + j]);
+                if (fabs(code) > qmax || code != rint(code) || (err > sc / 2 * (1 + 1e-12) && fabs(code) < qmax)) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "%s (%zu,%zu): x %g -> %g, scale %g", names[i], t, j, x[t * D + j],
+                             y[t * D + j], sc);
+                }
+            }
+        store_free(&st);
+    }
+    check(ok, "store-int-codes-in-range", why);
+    free(x);
+    free(y);
+}
+
+/* Low rank: dequantize = C' B' for f16 coefficients. */
+static void test_lowrank(void)
+{
+    size_t T = 6, D = 40, R = 3;
+    uint64_t seed = 3;
+    double *C = xmalloc(T * R * sizeof *C), *B = xmalloc(R * D * sizeof *B), *y = xmalloc(T * D * sizeof *y);
+    for (size_t i = 0; i < T * R; i++) C[i] = lcg_normal(&seed);
+    for (size_t i = 0; i < R * D; i++) B[i] = lcg_normal(&seed);
+    StoreFormat f;
+    store_format_parse(&f, "lr3", "test");
+    StoreTensor st;
+    store_alloc(&st, f, T, D);
+    store_quantize_f64(&st, C);
+    store_set_basis_f64(&st, B);
+    store_dequantize_f64(y, &st);
+    double maxerr = 0;
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < D; j++) {
+            double want = 0;
+            for (size_t r = 0; r < R; r++) {
+                uint16_t c;
+                memcpy(&c, st.codes + t * st.row_bytes + 2 * r, 2);
+                want += (double)store_f16_to_f32(c) * store_f16_to_f32(st.basis[r * D + j]);
+            }
+            maxerr = fmax(maxerr, fabs(want - y[t * D + j]));
+        }
+    char why[128];
+    snprintf(why, sizeof why, "max |C'B' - dequantized| = %g", maxerr);
+    check(maxerr < 1e-12, "store-lowrank-dequantize", why);
+    store_free(&st);
+    free(C);
+    free(B);
+    free(y);
+}
+
+/* ---- helper modes ------------------------------------------------------------------------------------ */
+
+static int decode_fp8(void)
+{
+    for (unsigned c = 0; c < 256; c++)
+        printf("%u %a %a\n", c, (double)store_e4m3_to_f32((uint8_t)c), (double)store_e5m2_to_f32((uint8_t)c));
+    return 0;
+}
+
+static int encode(void)
+{
+    char line[128];
+    while (fgets(line, sizeof line, stdin)) {
+        double x = strtod(line, NULL);
+        printf("%04x %04x %02x %02x\n", store_f16_from_f64(x), store_bf16_from_f64(x), store_e4m3_from_f64(x),
+               store_e5m2_from_f64(x));
+    }
+    return 0;
+}
+
+static int quantize_mode(const char *fmt, size_t T, size_t W)
+{
+    StoreFormat f;
+    if (store_format_parse(&f, fmt, "--quantize") || store_check(f, T, W, "--quantize")) {
+        fprintf(stderr, "%s\n", kvc_errmsg());
+        return 2;
+    }
+    float *x = xmalloc(T * W * sizeof *x);
+    if (fread(x, sizeof *x, T * W, stdin) != T * W) {
+        fprintf(stderr, "short input\n");
+        return 2;
+    }
+    StoreTensor st;
+    store_alloc(&st, f, T, W);
+    store_quantize_f32(&st, x);
+    fwrite(st.codes, 1, T * st.row_bytes, stdout);
+    if (st.n_scales) fwrite(st.scales, 2, st.n_scales, stdout);
+    store_free(&st);
+    free(x);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--decode-fp8") == 0) return decode_fp8();
+    if (argc > 1 && strcmp(argv[1], "--encode") == 0) return encode();
+    if (argc > 4 && strcmp(argv[1], "--quantize") == 0)
+        return quantize_mode(argv[2], (size_t)strtoul(argv[3], NULL, 10), (size_t)strtoul(argv[4], NULL, 10));
+    test_bytes();
+    test_zero_groups();
+    test_f32_f64();
+    test_half_paths();
+    test_int_codes();
+    test_lowrank();
+    return failures ? 1 : 0;
+}
