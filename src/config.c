@@ -587,18 +587,12 @@ typedef struct Axis {
     size_t n;
 } Axis;
 
-static int param_value(const Ctx *c, const ParamDesc *pd, const cJSON *v, const char *path, long *out)
+/* Validates one value of a parameter; PARAM_NUM values go to *num, the others to *out. */
+static int param_value(const Ctx *c, const ParamDesc *pd, const cJSON *v, const char *path, long *out, double *num)
 {
     if (pd->kind == PARAM_ENUM) return get_choice(c, v, path, pd->choices, out);
+    if (pd->kind == PARAM_NUM) return get_num(c, v, path, pd->num_lo, pd->num_hi, num);
     return get_int(c, v, path, pd->lo, pd->hi, out);
-}
-
-static void format_value(char *buf, size_t cap, const ParamDesc *pd, long v)
-{
-    if (pd->kind == PARAM_ENUM)
-        snprintf(buf, cap, "%s", pd->choices[v]);
-    else
-        snprintf(buf, cap, "%ld", v);
 }
 
 /* Appends s to the growing string (*buf, *len, *cap). */
@@ -649,7 +643,7 @@ static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, c
                                names[0] ? "}, ..." : "");
                 }
                 char val[64];
-                format_value(val, sizeof val, &ex->method->params[pi], ex->p[pi]);
+                exp_param_text(val, sizeof val, ex, (size_t)pi);
                 append(&buf, &len, &cap, val, strlen(val));
                 p = close + 1;
                 continue;
@@ -672,7 +666,7 @@ static char *default_label(const Experiment *ex, const Axis *axes, size_t n_axes
     for (size_t a = 0; a < n_axes; a++) {
         const ParamDesc *pd = &ex->method->params[axes[a].param];
         char part[128], val[64];
-        format_value(val, sizeof val, pd, ex->p[axes[a].param]);
+        exp_param_text(val, sizeof val, ex, (size_t)axes[a].param);
         snprintf(part, sizeof part, " %s=%s", pd->name, val);
         append(&buf, &len, &cap, part, strlen(part));
     }
@@ -735,8 +729,9 @@ static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t e
             else
                 snprintf(vpath, sizeof vpath, "%s", ppath);
             long tmp;
+            double dtmp;
             if (cJSON_IsArray(v)) return bad(c, vpath, v, "lists of lists are not allowed");
-            if (param_value(c, &m->params[pi], v, vpath, &tmp)) return -1;
+            if (param_value(c, &m->params[pi], v, vpath, &tmp, &dtmp)) return -1;
         }
         if (size_mul(rows, ax->n, &rows) || rows > CONFIG_MAX_ROWS)
             return bad(c, ppath, it, "the experiment grid would exceed %lu rows", CONFIG_MAX_ROWS);
@@ -771,6 +766,7 @@ static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t e
         ex->src = ei;
         for (size_t i = 0; i < m->n_params; i++) {
             ex->p[i] = m->params[i].def;
+            ex->num[i] = m->params[i].num_def;
             ex->pos[i] = POS_DEFAULT;
         }
         /* mixed-radix decode of r, the last axis varying fastest */
@@ -779,10 +775,12 @@ static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t e
             size_t k = rest % axes[a].n;
             rest /= axes[a].n;
             const cJSON *v = axes[a].is_list ? cJSON_GetArrayItem(axes[a].node, (int)k) : axes[a].node;
-            long val;
-            int rc = param_value(c, &m->params[axes[a].param], v, "", &val);
+            long val = 0;
+            double num = 0;
+            int rc = param_value(c, &m->params[axes[a].param], v, "", &val, &num);
             (void)rc; /* validated above */
             ex->p[axes[a].param] = val;
+            ex->num[axes[a].param] = num;
             ex->pos[axes[a].param] = axes[a].is_list ? (int)k : POS_SCALAR;
         }
         if (m->check && m->check(ex, &cfg->dims)) {

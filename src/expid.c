@@ -56,8 +56,9 @@ static void exp_text(FILE *f, const Experiment *ex)
     fprintf(f, "method=%s\n", m->name);
     for (size_t i = 0; i < m->n_params; i++) {
         const ParamDesc *pd = &m->params[i];
-        if (pd->kind == PARAM_ENUM) fprintf(f, "%s=%s\n", pd->name, pd->choices[ex->p[i]]);
-        else fprintf(f, "%s=%ld\n", pd->name, ex->p[i]);
+        char v[64];
+        exp_param_text(v, sizeof v, ex, i);
+        fprintf(f, "%s=%s\n", pd->name, v);
     }
 }
 

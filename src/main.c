@@ -253,18 +253,9 @@ static int cmd_methods(int argc, char **argv)
                m->factor, m->summary);
         for (size_t j = 0; j < m->n_params; j++) {
             const ParamDesc *p = &m->params[j];
-            char def[64], range[128] = "";
-            if (p->def == PARAM_REQUIRED) snprintf(def, sizeof def, "required");
-            else if (p->kind == PARAM_ENUM) snprintf(def, sizeof def, "default \"%s\"", p->choices[p->def]);
-            else snprintf(def, sizeof def, "default %ld", p->def);
-            if (p->kind == PARAM_ENUM) {
-                for (size_t k = 0; p->choices[k]; k++) {
-                    strncat(range, k ? "|" : "", sizeof range - strlen(range) - 1);
-                    strncat(range, p->choices[k], sizeof range - strlen(range) - 1);
-                }
-            } else {
-                snprintf(range, sizeof range, "%ld..%ld", p->lo, p->hi);
-            }
+            char def[64], range[128];
+            param_default_text(def, sizeof def, p);
+            param_range_text(range, sizeof range, p);
             printf("    %-9s %-16s %-14s %s\n", p->name, range, def, p->help);
         }
         printf("\n");

@@ -92,8 +92,10 @@ void report_row(FILE *f, Format fmt, const Row *row, const char *id)
         for (size_t i = 0; i < ex->method->n_params; i++) {
             const ParamDesc *pd = &ex->method->params[i];
             fprintf(f, "%s\"%s\":", i ? "," : "", pd->name);
-            if (pd->kind == PARAM_ENUM) json_string(f, pd->choices[ex->p[i]]);
-            else fprintf(f, "%ld", ex->p[i]);
+            char v[64];
+            exp_param_text(v, sizeof v, ex, i);
+            if (pd->kind == PARAM_ENUM) json_string(f, v);
+            else fputs(v, f);
         }
         fputc('}', f);
         if (row->per_head) fprintf(f, ",\"layer\":%zu,\"head\":%zu", row->layer, row->head);

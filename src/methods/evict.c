@@ -24,8 +24,8 @@ static uint64_t kept_bytes(size_t n_kept, const MethodInput *in)
 /* ---- sink_window ---- */
 
 static const ParamDesc sw_params[] = {
-    {"sinks", PARAM_INT, 4, 0, 1L << 40, NULL, "first tokens always kept (attention sinks)"},
-    {"window", PARAM_INT, PARAM_REQUIRED, 0, 1L << 40, NULL, "most recent tokens kept (required)"},
+    {.name = "sinks", .kind = PARAM_INT, .def = 4, .lo = 0, .hi = 1L << 40, .help = "first tokens always kept (attention sinks)"},
+    {.name = "window", .kind = PARAM_INT, .def = PARAM_REQUIRED, .lo = 0, .hi = 1L << 40, .help = "most recent tokens kept (required)"},
 };
 
 static int sw_check(const Experiment *ex, const Dims *d)
@@ -66,7 +66,7 @@ const MethodDesc method_sink_window = {
 /* ---- topk_attention ---- */
 
 static const ParamDesc tk_params[] = {
-    {"budget", PARAM_INT, PARAM_REQUIRED, 1, 1L << 40, NULL, "tokens kept, 1..tokens (required)"},
+    {.name = "budget", .kind = PARAM_INT, .def = PARAM_REQUIRED, .lo = 1, .hi = 1L << 40, .help = "tokens kept, 1..tokens (required)"},
 };
 
 static int tk_check(const Experiment *ex, const Dims *d)

@@ -11,8 +11,8 @@
 #include <string.h>
 
 static const ParamDesc params[] = {
-    {"rank", PARAM_INT, PARAM_REQUIRED, 1, 65536, NULL, "singular triplets kept, 1..min(tokens, head_dim) (required)"},
-    {"apply_to", PARAM_ENUM, APPLY_K, 0, 0, apply_to_choices, "which tensors are stored low-rank"},
+    {.name = "rank", .kind = PARAM_INT, .def = PARAM_REQUIRED, .lo = 1, .hi = 65536, .help = "singular triplets kept, 1..min(tokens, head_dim) (required)"},
+    {.name = "apply_to", .kind = PARAM_ENUM, .def = APPLY_K, .choices = apply_to_choices, .help = "which tensors are stored low-rank"},
 };
 
 static int check(const Experiment *ex, const Dims *d)

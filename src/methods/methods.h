@@ -13,10 +13,10 @@
 #include <limits.h>
 #include <stdint.h>
 
-#define METHOD_MAX_PARAMS 8
+#define METHOD_MAX_PARAMS 12
 #define PARAM_REQUIRED LONG_MIN   /* ParamDesc.def of a parameter that has no default */
 
-typedef enum { PARAM_INT, PARAM_ENUM } ParamKind;
+typedef enum { PARAM_INT, PARAM_ENUM, PARAM_NUM } ParamKind;
 
 typedef struct ParamDesc {
     const char *name;
@@ -25,6 +25,7 @@ typedef struct ParamDesc {
     long lo, hi;                 /* static range for PARAM_INT (dims-dependent limits are in check()) */
     const char *const *choices;  /* PARAM_ENUM: NULL-terminated */
     const char *help;
+    double num_def, num_lo, num_hi;  /* PARAM_NUM: default (unless def == PARAM_REQUIRED) and closed range */
 } ParamDesc;
 
 struct MethodDesc;
@@ -33,7 +34,8 @@ struct MethodDesc;
 typedef struct Experiment {
     char *label;
     const struct MethodDesc *method;
-    long p[METHOD_MAX_PARAMS];          /* value of each of method->params, in table order */
+    long p[METHOD_MAX_PARAMS];          /* value of each of method->params, in table order (PARAM_INT, PARAM_ENUM) */
+    double num[METHOD_MAX_PARAMS];      /* value of each PARAM_NUM parameter, same index */
     size_t src;                         /* index of the experiment object in the config */
     int pos[METHOD_MAX_PARAMS];         /* where each value came from: list position, or POS_SCALAR / POS_DEFAULT */
 } Experiment;
@@ -95,6 +97,12 @@ int method_param_index(const MethodDesc *m, const char *name);
 /* value of a named parameter of an experiment (asserts that the parameter exists) */
 long exp_param(const Experiment *ex, const char *name);
 const char *exp_param_str(const Experiment *ex, const char *name);  /* PARAM_ENUM as its string */
+double exp_param_num(const Experiment *ex, const char *name);       /* PARAM_NUM */
+/* parameter i as text: the integer, the choice, or the shortest round-trip number (labels, ids, output) */
+void exp_param_text(char *buf, size_t cap, const Experiment *ex, size_t i);
+/* a parameter's default as text ("required" when it has none), and its range ("2..8", "token|channel") */
+void param_default_text(char *buf, size_t cap, const ParamDesc *p);
+void param_range_text(char *buf, size_t cap, const ParamDesc *p);
 /* JSON path a parameter's value came from, e.g. "experiments.0.bits.1" (static buffer, for messages) */
 const char *exp_param_path(const Experiment *ex, const char *name);
 

@@ -15,9 +15,9 @@ static const char *const axis_choices[] = {"token", "channel", NULL};
 enum { AXIS_TOKEN = 0, AXIS_CHANNEL = 1 };
 
 static const ParamDesc params[] = {
-    {"bits", PARAM_INT, 8, 2, 8, NULL, "bits per code; codes are -qmax..qmax, qmax = 2^(bits-1)-1"},
-    {"axis", PARAM_ENUM, AXIS_TOKEN, 0, 0, axis_choices, "one scale per token (row) or per channel (column)"},
-    {"apply_to", PARAM_ENUM, APPLY_KV, 0, 0, apply_to_choices, "which tensors are quantized"},
+    {.name = "bits", .kind = PARAM_INT, .def = 8, .lo = 2, .hi = 8, .help = "bits per code; codes are -qmax..qmax, qmax = 2^(bits-1)-1"},
+    {.name = "axis", .kind = PARAM_ENUM, .def = AXIS_TOKEN, .choices = axis_choices, .help = "one scale per token (row) or per channel (column)"},
+    {.name = "apply_to", .kind = PARAM_ENUM, .def = APPLY_KV, .choices = apply_to_choices, .help = "which tensors are quantized"},
 };
 
 /* out[i*stride] = quantized x[i*stride] for one group of n numbers. */

@@ -45,6 +45,50 @@ const char *exp_param_str(const Experiment *ex, const char *name)
     return ex->method->params[i].choices[ex->p[i]];
 }
 
+double exp_param_num(const Experiment *ex, const char *name)
+{
+    int i = method_param_index(ex->method, name);
+    assert(i >= 0 && ex->method->params[i].kind == PARAM_NUM);
+    return ex->num[i];
+}
+
+void exp_param_text(char *buf, size_t cap, const Experiment *ex, size_t i)
+{
+    const ParamDesc *pd = &ex->method->params[i];
+    if (pd->kind == PARAM_ENUM) snprintf(buf, cap, "%s", pd->choices[ex->p[i]]);
+    else if (pd->kind == PARAM_NUM) fmt_double(buf, cap, ex->num[i]);
+    else snprintf(buf, cap, "%ld", ex->p[i]);
+}
+
+void param_default_text(char *buf, size_t cap, const ParamDesc *p)
+{
+    char v[64];
+    if (p->def == PARAM_REQUIRED) {
+        snprintf(buf, cap, "required");
+        return;
+    }
+    if (p->kind == PARAM_ENUM) snprintf(buf, cap, "default \"%s\"", p->choices[p->def]);
+    else if (p->kind == PARAM_NUM) { fmt_double(v, sizeof v, p->num_def); snprintf(buf, cap, "default %s", v); }
+    else snprintf(buf, cap, "default %ld", p->def);
+}
+
+void param_range_text(char *buf, size_t cap, const ParamDesc *p)
+{
+    buf[0] = '\0';
+    if (p->kind == PARAM_ENUM) {
+        size_t len = 0;
+        for (size_t k = 0; p->choices[k] && len < cap; k++)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "|" : "", p->choices[k]);
+    } else if (p->kind == PARAM_NUM) {
+        char lo[40], hi[40];
+        fmt_double(lo, sizeof lo, p->num_lo);
+        fmt_double(hi, sizeof hi, p->num_hi);
+        snprintf(buf, cap, "%s..%s", lo, hi);
+    } else {
+        snprintf(buf, cap, "%ld..%ld", p->lo, p->hi);
+    }
+}
+
 const char *exp_param_path(const Experiment *ex, const char *name)
 {
     static char buf[128];
