@@ -57,14 +57,17 @@ test: $(BIN) $(TESTBIN)
 	PY=$(PY) tests/run.sh
 
 # make sanitize: kvc and the unit tests built with ASan+UBSan into build-san/ (build-san/kvc), then the whole
-# suite run against them (tests/run.sh takes the binaries from $$KVC and $$KVC_TESTBIN), then valgrind memcheck
-# of the normal ./kvc on the lesson and practice configs (skipped when valgrind is not installed).
+# suite run against them (tests/run.sh takes the binaries from $$KVC and $$KVC_TESTBIN; a leak or a sanitizer
+# report makes a program exit 86, which fails its test), then valgrind memcheck of the normal ./kvc on the lesson
+# and practice runs (tests/valgrind.sh; skipped when valgrind is not installed). Both run; either failing fails.
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_ENV   := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: kvc
 	$(MAKE) --no-print-directory BUILD=build-san BIN=build-san/kvc XCFLAGS="$(SAN_FLAGS)" build-san/kvc testbin
-	$(SAN_ENV) KVC=build-san/kvc KVC_TESTBIN=build-san/tests PY=$(PY) tests/run.sh
-	sh tests/valgrind.sh ./kvc
+	status=0; \
+	$(SAN_ENV) KVC=build-san/kvc KVC_TESTBIN=build-san/tests PY=$(PY) tests/run.sh || status=1; \
+	sh tests/valgrind.sh ./kvc || status=1; \
+	exit $$status
 
 testbin: $(BIN) $(TESTBIN)
 

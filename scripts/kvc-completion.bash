@@ -17,7 +17,7 @@ _kvc() {
         words=("${COMP_WORDS[@]}") cword=$COMP_CWORD
     fi
     local kvc=${words[0]}
-    local cmds="run size merge methods bench help"
+    local cmds="run size merge synth methods bench help"
     if [ "$cword" -eq 1 ]; then
         COMPREPLY=($(compgen -W "$cmds --version --help" -- "$cur"))
         return
@@ -26,10 +26,13 @@ _kvc() {
     case "$prev" in
         --format)
             if [ "$cmd" = size ]; then COMPREPLY=($(compgen -W "table csv" -- "$cur"))
+            elif [ "$cmd" = synth ]; then COMPREPLY=($(compgen -W "npy safetensors" -- "$cur"))
             else COMPREPLY=($(compgen -W "table csv jsonl" -- "$cur")); fi
             return ;;
-        --out)
-            COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
+        --out|-o)
+            if [ "$cmd" = synth ]; then COMPREPLY=($(compgen -d -- "$cur"))
+            else COMPREPLY=($(compgen -f -- "$cur")); fi
+            compopt -o filenames 2>/dev/null
             return ;;
         --config)
             COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
@@ -47,7 +50,7 @@ _kvc() {
                         [[ "$m" == "$typed"* ]] && COMPREPLY+=("$pre'\"$m\"'")
                     done ;;
                 *)
-                    COMPREPLY=($(compgen -W "seed= data.tokens= data.head_dim= data.keys. data.values. data.query. experiments." -- "$cur"))
+                    COMPREPLY=($(compgen -W "seed= data.tokens= data.head_dim= data.keys. data.values. data.query. data.source= data.files. experiments." -- "$cur"))
                     compopt -o nospace 2>/dev/null ;;
             esac
             return ;;
@@ -58,6 +61,12 @@ _kvc() {
         run)
             if [[ "$cur" == -* ]]; then
                 COMPREPLY=($(compgen -W "--set --format --out --resume --shard --list --quiet -q --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
+            fi ;;
+        synth)
+            if [[ "$cur" == -* ]]; then
+                COMPREPLY=($(compgen -W "-o --out --set --format --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;

@@ -37,6 +37,8 @@ write results/lesson.csv     $KVC run configs/lesson.json --format csv
 write results/practice.txt   $KVC run configs/practice.json
 write results/practice.csv   $KVC run configs/practice.json --format csv
 write results/realistic.txt  $KVC run configs/realistic.json
+write results/methods.txt    $KVC run configs/methods.json
+write results/legal_assistant.txt $KVC run configs/legal_assistant.json
 write results/size.txt sizes
 
 # The sweep over every method family (configs/sweep-pareto.json) and its pictures (gnuplot-nox).

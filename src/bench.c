@@ -32,6 +32,7 @@ typedef struct Opts {
     size_t bw_mib;
     uint64_t seed;
     int csv;
+    const char *csv_file;
 } Opts;
 
 static const char *const default_formats =
@@ -159,6 +160,10 @@ static int parse_args(Opts *o, int argc, char **argv)
         } else if ((r = take(argc, argv, &i, "--seed", &v))) {
             if (r < 0 || parse_size(v, "--seed", 0, SIZE_MAX, &n)) return -1;
             o->seed = n;
+        } else if ((r = take(argc, argv, &i, "--csv-file", &v))) {
+            if (r < 0) return -1;
+            if (!*v) return kvc_fail("bench: --csv-file: empty path (got \"\")");
+            o->csv_file = v;
         } else if ((r = take(argc, argv, &i, "--format", &v))) {
             if (r < 0) return -1;
             if (strcmp(v, "csv") == 0) o->csv = 1;
@@ -408,33 +413,33 @@ typedef struct Result {
     uint64_t bytes;
     Stat fused, keys, naive;
     int has_naive;
-    double bw, rel;
+    double bw, bw_max, rel;
     int same_threads;   /* output identical to the first thread count's */
 } Result;
 
 static const char *const csv_header =
     "format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,"
-    "gbps,bw_gbps,pct_bw,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical";
+    "gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical";
 
-static void print_csv_row(const Opts *o, const Result *r)
+static void print_csv_row(FILE *f, const Opts *o, const Result *r)
 {
     char kf[64], vf[64];
     store_format_name(kf, sizeof kf, r->spec->k);
     store_format_name(vf, sizeof vf, r->spec->v);
     double gbps = (double)r->bytes / r->fused.med / 1e9;
-    printf("%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%d,%s,%llu,%.4f,%.4f,%.4f,%.2f,%.2f,%.1f,%.4f,", r->spec->name, kf, vf, o->L,
-           o->Hkv, r->hq, o->T, o->D, r->threads, decode_isa(), (unsigned long long)r->bytes, r->fused.med * 1e3,
-           r->fused.min * 1e3, r->fused.max * 1e3, gbps, r->bw, 100.0 * gbps / r->bw, r->keys.med * 1e3);
-    if (r->has_naive) printf("%.3f,%.2f,", r->naive.med * 1e3, r->naive.med / r->fused.med);
-    else printf(",,");
-    printf("%.3g,%g,%s,%s\n", r->rel, DECODE_TOL, r->rel < DECODE_TOL ? "yes" : "no", r->same_threads ? "yes" : "no");
-    fflush(stdout);
+    fprintf(f, "%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%d,%s,%llu,%.4f,%.4f,%.4f,%.2f,%.2f,%.1f,%.1f,%.4f,", r->spec->name, kf, vf,
+            o->L, o->Hkv, r->hq, o->T, o->D, r->threads, decode_isa(), (unsigned long long)r->bytes, r->fused.med * 1e3,
+            r->fused.min * 1e3, r->fused.max * 1e3, gbps, r->bw, 100.0 * gbps / r->bw,
+            100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max, r->keys.med * 1e3);
+    if (r->has_naive) fprintf(f, "%.3f,%.2f,", r->naive.med * 1e3, r->naive.med / r->fused.med);
+    else fprintf(f, ",,");
+    fprintf(f, "%.3g,%g,%s,%s\n", r->rel, DECODE_TOL, r->rel < DECODE_TOL ? "yes" : "no", r->same_threads ? "yes" : "no");
 }
 
 static void print_table(const Opts *o, const Result *res, size_t n)
 {
-    printf("%-14s %4s %3s %9s %9s %9s %9s %7s %6s %8s %9s %7s %9s %3s\n", "format", "qh", "thr", "MB", "ms", "ms_min",
-           "ms_max", "GB/s", "%bw", "k_ms", "naive_ms", "naive_x", "rel_err", "ok");
+    printf("%-14s %4s %3s %9s %9s %9s %9s %7s %6s %6s %8s %9s %7s %9s %3s\n", "format", "qh", "thr", "MB", "ms", "ms_min",
+           "ms_max", "GB/s", "%bw", "%best", "k_ms", "naive_ms", "naive_x", "rel_err", "ok");
     for (size_t i = 0; i < n; i++) {
         const Result *r = &res[i];
         double gbps = (double)r->bytes / r->fused.med / 1e9;
@@ -443,9 +448,10 @@ static void print_table(const Opts *o, const Result *res, size_t n)
             snprintf(naive, sizeof naive, "%.2f", r->naive.med * 1e3);
             snprintf(nx, sizeof nx, "%.1f", r->naive.med / r->fused.med);
         }
-        printf("%-14s %4zu %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %8.3f %9s %7s %9.2e %3s\n", r->spec->name, r->hq,
-               r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3, r->fused.max * 1e3, gbps,
-               100.0 * gbps / r->bw, r->keys.med * 1e3, naive, nx, r->rel, r->rel < DECODE_TOL ? "yes" : "NO");
+        printf("%-14s %4zu %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %5.1f%% %8.3f %9s %7s %9.2e %3s\n", r->spec->name,
+               r->hq, r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3, r->fused.max * 1e3,
+               gbps, 100.0 * gbps / r->bw, 100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max, r->keys.med * 1e3,
+               naive, nx, r->rel, r->rel < DECODE_TOL ? "yes" : "NO");
     }
     (void)o;
 }
@@ -469,8 +475,9 @@ static void print_machine(const Opts *o, const double *bw_med, const double *bw_
                bw_max[k]);
     printf("\n");
     printf("# accumulators: float32 products and sums per %d-token block, blocks merged in double; rel_err = "
-           "||out - ref|| / ||ref||,\n#   ref = attention in double over the dequantized cache; ok: rel_err < %g. "
-           "%%bw = (bytes / ms) / bandwidth.\n", DECODE_BLOCK, DECODE_TOL);
+           "||out - ref|| / ||ref||,\n#   ref = attention in double over the dequantized cache; ok: rel_err < %g.\n"
+           "# %%bw = (bytes / median ms) / median bandwidth; %%best = (bytes / min ms) / max bandwidth (the least "
+           "disturbed samples).\n", DECODE_BLOCK, DECODE_TOL);
     printf("# k_ms: key side only (scores and their max). naive: dequantize the whole cache to float32 every step, "
            "then attend.\n\n");
 }
@@ -488,6 +495,12 @@ int bench_command(int argc, char **argv)
     if (parse_args(&o, argc, argv)) {
         free(o.specs);
         return -1;
+    }
+    FILE *csv_out = NULL;
+    if (o.csv_file && !(csv_out = fopen(o.csv_file, "w"))) {
+        fprintf(stderr, "kvc: bench: --csv-file: cannot write %s (got %s)\n", o.csv_file, strerror(errno));
+        free(o.specs);
+        return 1;
     }
     size_t n_kv = o.L * o.Hkv, per = o.T * o.D, hq_max = 0;
     for (size_t k = 0; k < o.n_hq; k++)
@@ -581,15 +594,26 @@ int bench_command(int argc, char **argv)
         }
         for (size_t i = 0; i < nr; i++)
             for (size_t k = 0; k < o.n_threads; k++)
-                if (res[i].threads == o.threads[k]) res[i].bw = bw_med[k];
+                if (res[i].threads == o.threads[k]) res[i].bw = bw_med[k], res[i].bw_max = bw_max[k];
+        if (csv_out) {
+            fprintf(csv_out, "%s\n", csv_header);
+            for (size_t i = 0; i < nr; i++) print_csv_row(csv_out, &o, &res[i]);
+            int bad = ferror(csv_out);
+            if (fclose(csv_out) != 0 || bad) {
+                fprintf(stderr, "kvc: bench: --csv-file: cannot write %s (got %s)\n", o.csv_file, strerror(errno));
+                rc = 1;
+            }
+            csv_out = NULL;
+        }
         if (o.csv) {
             printf("%s\n", csv_header);
-            for (size_t i = 0; i < nr; i++) print_csv_row(&o, &res[i]);
+            for (size_t i = 0; i < nr; i++) print_csv_row(stdout, &o, &res[i]);
         } else {
             print_machine(&o, bw_med, bw_max);
             print_table(&o, res, nr);
         }
     }
+    if (csv_out) fclose(csv_out);
     for (size_t k = 0; k < o.n_threads; k++) free(samples[k]);
     free(bw_buf), free(src.K), free(src.V), free(src.B), free(q), free(out), free(first), free(ref), free(res);
     free(K), free(V), free(o.specs);

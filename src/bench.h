@@ -12,7 +12,7 @@
 #define BENCH_USAGE                                                                                              \
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"               \
     "                 [--formats LIST] [--threads LIST] [--repeat N] [--naive-repeat N] [--bw-mib N]\n"         \
-    "                 [--seed N] [--format table|csv]\n"                                                         \
+    "                 [--seed N] [--format table|csv] [--csv-file PATH]\n"                                       \
     "\n"                                                                                                         \
     "Times one decode step (every query head attends over T cached tokens) per cache format, with kvc's\n"     \
     "fused kernels reading the stored format directly, against the memory-bandwidth floor measured in the\n"    \
@@ -33,6 +33,7 @@
     "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache))\n"             \
     "  --seed N          generator seed (default 0)\n"                                                         \
     "  --format FORMAT   table (default; machine description at the top) or csv\n"                             \
+    "  --csv-file PATH   also write the CSV to PATH (make bench: one run, table and CSV)\n"                     \
     "  -h, --help        this help\n"
 
 /* argv[0] is "bench". Returns 0, 1 on a runtime failure (message printed), or -1 with kvc_fail set for

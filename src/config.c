@@ -5,6 +5,7 @@
  * ("experiments.0.bits"), so a user can paste a path from an error into --set.
  */
 #include "config.h"
+#include "load.h"
 #include "util.h"
 
 #include <cJSON.h>
@@ -511,13 +512,141 @@ static int parse_shaping(const Ctx *c, Config *cfg, const cJSON *sinks, const cJ
     return 0;
 }
 
+/* ---- data.source "files" (README "Data from files"; the tensors are read by src/load.c) ---- */
+
+/* path resolved against the directory of the config file `cfgname` (unless absolute) */
+static char *resolve_path(const char *cfgname, const char *path)
+{
+    const char *slash = strrchr(cfgname, '/');
+    if (path[0] == '/' || !slash) return xstrdup(path);
+    size_t dl = (size_t)(slash - cfgname) + 1, n = dl + strlen(path) + 1;
+    char *out = xmalloc(n);
+    memcpy(out, cfgname, dl);
+    memcpy(out + dl, path, strlen(path) + 1);
+    return out;
+}
+
+/* data.files.<role>: "file" or {"path": "file", "name": "tensor"} */
+static int parse_file_spec(const Ctx *c, FileSpec *fs, const cJSON *node, const char *path)
+{
+    static const char *const keys[] = {"path", "name", NULL};
+    const char *what = "must be a file name, or {\"path\": file, \"name\": tensor} for a .safetensors file";
+    const cJSON *p = node, *nm = NULL;
+    char pp[96], np[96];
+    snprintf(pp, sizeof pp, "%s", path);
+    if (cJSON_IsObject(node)) {
+        if (check_keys(c, node, path, keys)) return -1;
+        p = member(node, "path");
+        nm = member(node, "name");
+        join_path(pp, sizeof pp, path, "path");
+        join_path(np, sizeof np, path, "name");
+        if (!p) return bad(c, pp, NULL, "missing required key (the tensor file)");
+        if (nm && (!cJSON_IsString(nm) || !nm->valuestring[0]))
+            return bad(c, np, nm, "must be a non-empty tensor name");
+    } else if (!cJSON_IsString(node)) {
+        return bad(c, path, node, "%s", what);
+    }
+    if (!cJSON_IsString(p) || !p->valuestring[0]) return bad(c, pp, p, "must be a non-empty file name");
+    fs->path = resolve_path(c->file, p->valuestring);
+    fs->name = nm ? xstrdup(nm->valuestring) : NULL;
+    return 0;
+}
+
+/* data.outlier_channels (files only): [c, ...] for every layer, or [[c, ...], ...] one list per layer */
+static int parse_file_outliers(const Ctx *c, Config *cfg, const cJSON *node)
+{
+    const char *path = "data.outlier_channels";
+    size_t L = cfg->layers, D = cfg->dims.D, any = 0;
+    if (!cJSON_IsArray(node))
+        return bad(c, path, node, "must be a list of channels (the same in every layer) or a list of %zu lists, one "
+                   "per layer", L);
+    int nested = node->child && cJSON_IsArray(node->child);
+    if (nested && (size_t)cJSON_GetArraySize(node) != L)
+        return bad(c, path, node, "a list of lists needs one list of channels per layer (%zu layers)", L);
+    cfg->file_outliers = xcalloc(L * D, 1);
+    size_t l = 0;
+    for (const cJSON *lst = nested ? node->child : node; lst; lst = nested ? lst->next : NULL, l++) {
+        char p[64];
+        if (nested) snprintf(p, sizeof p, "%s.%zu", path, l);
+        else snprintf(p, sizeof p, "%s", path);
+        if (!cJSON_IsArray(lst)) return bad(c, p, lst, "must be a list of channels");
+        size_t i = 0;
+        for (const cJSON *it = lst->child; it; it = it->next, i++) {
+            char pi[96];
+            long ch;
+            snprintf(pi, sizeof pi, "%s.%zu", p, i);
+            if (get_int(c, it, pi, 0, (long)D - 1, &ch)) return -1;
+            if (cfg->file_outliers[(nested ? l : 0) * D + (size_t)ch]) return bad(c, pi, it, "channel listed twice");
+            for (size_t k = nested ? l : 0; k < (nested ? l + 1 : L); k++) cfg->file_outliers[k * D + (size_t)ch] = 1;
+            any++;
+        }
+    }
+    if (!any) {
+        free(cfg->file_outliers);
+        cfg->file_outliers = NULL;
+    }
+    return 0;
+}
+
+static int parse_data_files(const Ctx *c, Config *cfg, const cJSON *data)
+{
+    static const char *const keys[] = {"source", "files", "rope", "outlier_channels", NULL};
+    static const char *const roles[] = {"keys", "values", "queries", "observe", NULL};
+    for (const cJSON *it = data->child; it; it = it->next) {
+        int ok = 0;
+        for (size_t i = 0; keys[i]; i++) ok |= strcmp(keys[i], it->string) == 0;
+        if (ok) continue;
+        char p[256];
+        cJSON name = {0};
+        name.type = cJSON_String;
+        name.valuestring = it->string;
+        join_path(p, sizeof p, "data", it->string);
+        return bad(c, p, &name, "unknown key with \"source\": \"files\" (sizes and data come from the files; "
+                   "allowed: source, files, rope, outlier_channels); did you mean \"%s\"?", nearest(it->string, keys));
+    }
+    if (check_keys(c, data, "data", keys)) return -1;   /* a key given twice */
+    const cJSON *files = member(data, "files");
+    if (!files)
+        return bad(c, "data.files", NULL, "missing required object with \"source\": \"files\", e.g. {\"keys\": "
+                   "\"k.npy\", \"values\": \"v.npy\", \"queries\": \"q.npy\"}");
+    if (need_object(c, files, "data.files") || check_keys(c, files, "data.files", roles)) return -1;
+    if (!member(files, "keys")) return bad(c, "data.files.keys", NULL, "missing required key (the keys file)");
+    for (int r = 0; r < CONFIG_N_FILES; r++) {
+        char p[64];
+        join_path(p, sizeof p, "data.files", roles[r]);
+        const cJSON *n = member(files, roles[r]);
+        if (n && parse_file_spec(c, &cfg->files[r], n, p)) return -1;
+    }
+    if (member(files, "queries") && !member(files, "values"))
+        return bad(c, "data.files.queries", member(files, "queries"),
+                   "evaluation queries need data.files.values (attention reads V)");
+    cfg->from_files = 1;
+    if (load_files(cfg, c->file)) return -1;
+    const cJSON *r = member(data, "rope");
+    if (r) {
+        if (parse_rope(c, cfg, r)) return -1;
+        if (!cfg->rope_cache_pre)
+            return bad(c, "data.rope.cache", member(r, "cache"), "with \"source\": \"files\" a rope block says that "
+                       "the keys file holds pre-RoPE keys, which attention rotates: give \"cache\": \"pre\" (keys "
+                       "saved after RoPE need no rope block)");
+    }
+    const cJSON *o = member(data, "outlier_channels");
+    if (o && parse_file_outliers(c, cfg, o)) return -1;
+    return 0;
+}
+
 static int parse_data(const Ctx *c, Config *cfg, const cJSON *data)
 {
-    static const char *const keys[] = {"tokens", "head_dim", "layers", "kv_heads", "q_heads", "keys", "values",
-                                       "query", "observe", "head_correlation", "rope", "sinks", "recent",
+    static const char *const keys[] = {"source", "tokens", "head_dim", "layers", "kv_heads", "q_heads", "keys",
+                                       "values", "query", "observe", "head_correlation", "rope", "sinks", "recent",
                                        "heavy_hitters",
                                        NULL};
-    if (need_object(c, data, "data") || check_keys(c, data, "data", keys)) return -1;
+    static const char *const sources[] = {"synthetic", "files", NULL};
+    long src = 0;
+    if (need_object(c, data, "data")) return -1;
+    if (member(data, "source") && get_choice(c, member(data, "source"), "data.source", sources, &src)) return -1;
+    if (src == 1) return parse_data_files(c, cfg, data);
+    if (check_keys(c, data, "data", keys)) return -1;
     long T, D, L, H, Hq;
     if (req_int(c, data, "data", "tokens", 1, (long)CONFIG_MAX_TOKENS, &T)) return -1;
     if (req_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, &D)) return -1;
@@ -579,12 +708,13 @@ static int parse_metrics(const Ctx *c, Config *cfg, const cJSON *m)
 
 /* ---- experiments ---- */
 
-/* One method parameter of an experiment object: its values (a scalar is a list of one). */
+/* One method parameter of an experiment object (or of a pipeline step): its values (a scalar is a list of one). */
 typedef struct Axis {
     int param;            /* index in method->params */
     const cJSON *node;    /* the value or the list */
     int is_list;
     size_t n;
+    size_t step;          /* pipelines: the step it belongs to */
 } Axis;
 
 /* Validates one value of a parameter; PARAM_NUM values go to *num, the others to *out. */
@@ -592,6 +722,11 @@ static int param_value(const Ctx *c, const ParamDesc *pd, const cJSON *v, const 
 {
     if (pd->kind == PARAM_ENUM) return get_choice(c, v, path, pd->choices, out);
     if (pd->kind == PARAM_NUM) return get_num(c, v, path, pd->num_lo, pd->num_hi, num);
+    if (pd->kind == PARAM_BOOL) {
+        if (!cJSON_IsBool(v)) return bad(c, path, v, "must be true or false");
+        *out = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
+    }
     return get_int(c, v, path, pd->lo, pd->hi, out);
 }
 
@@ -611,10 +746,57 @@ static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     (*buf)[*len] = '\0';
 }
 
-/* Fills `{name}` placeholders of tmpl with the experiment's values. */
+/* A pipeline placeholder: "steps.S.param", or "param" when exactly one step's method has that parameter.
+ * Writes the value into val and returns 0, or returns -1 with the reason in why. */
+static int step_placeholder(char *val, size_t cap, const Experiment *ex, const char *name, char *why, size_t wcap)
+{
+    unsigned long s;
+    char pname[64];
+    int used;
+    if (sscanf(name, "steps.%lu.%63[A-Za-z0-9_]%n", &s, pname, &used) == 2 && name[used] == '\0' &&
+        strncmp(name, "steps.", 6) == 0 && name[6] >= '0' && name[6] <= '9') {
+        if (s >= ex->n_steps) {
+            snprintf(why, wcap, "unknown placeholder {%s}; the pipeline has steps 0..%zu", name, ex->n_steps - 1);
+            return -1;
+        }
+        int pi = method_param_index(ex->steps[s].method, pname);
+        if (pi < 0) {
+            snprintf(why, wcap, "unknown placeholder {%s}; step %lu (%s) has no parameter %s", name, s,
+                     ex->steps[s].method->name, pname);
+            return -1;
+        }
+        exp_param_text(val, cap, &ex->steps[s], (size_t)pi);
+        return 0;
+    }
+    size_t found = 0, at = 0;
+    int pi = -1;
+    for (size_t k = 0; k < ex->n_steps; k++) {
+        int i = method_param_index(ex->steps[k].method, name);
+        if (i >= 0) {
+            if (found++ == 0) {
+                at = k;
+                pi = i;
+            }
+        }
+    }
+    if (found == 1) {
+        exp_param_text(val, cap, &ex->steps[at], (size_t)pi);
+        return 0;
+    }
+    if (found > 1)
+        snprintf(why, wcap, "placeholder {%s} is a parameter of %zu steps; name one, e.g. {steps.%zu.%s}", name,
+                 found, at, name);
+    else
+        snprintf(why, wcap, "unknown placeholder {%s}; no step has that parameter (write {steps.N.param} or "
+                 "{param} for a parameter of one step)", name);
+    return -1;
+}
+
+/* Fills `{name}` placeholders of tmpl with the experiment's values (pipelines: `{steps.S.name}` or `{name}`). */
 static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, const Experiment *ex, char **out)
 {
     const char *tmpl = label_node->valuestring;
+    int pipeline = ex->n_steps > 0;
     size_t len = 0, cap = strlen(tmpl) + 16;
     char *buf = xmalloc(cap);
     buf[0] = '\0';
@@ -626,24 +808,33 @@ static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, c
             int ident = n > 0 && n < sizeof name;
             for (size_t i = 0; ident && i < n; i++) {
                 char ch = p[1 + i];
-                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_'))
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                      (pipeline && ch == '.')))
                     ident = 0;
             }
             if (ident) {
                 memcpy(name, p + 1, n);
                 name[n] = '\0';
-                int pi = method_param_index(ex->method, name);
-                if (pi < 0) {
-                    const char *names[METHOD_MAX_PARAMS + 1];
-                    for (size_t i = 0; i < ex->method->n_params; i++) names[i] = ex->method->params[i].name;
-                    names[ex->method->n_params] = NULL;
-                    free(buf);
-                    return bad(c, path, label_node, "unknown placeholder {%s}; %s has %s%s%s", name,
-                               ex->method->name, names[0] ? "{" : "no parameters", names[0] ? nearest(name, names) : "",
-                               names[0] ? "}, ..." : "");
-                }
                 char val[64];
-                exp_param_text(val, sizeof val, ex, (size_t)pi);
+                if (pipeline) {
+                    char why[256];
+                    if (step_placeholder(val, sizeof val, ex, name, why, sizeof why)) {
+                        free(buf);
+                        return bad(c, path, label_node, "%s", why);
+                    }
+                } else {
+                    int pi = method_param_index(ex->method, name);
+                    if (pi < 0) {
+                        const char *names[METHOD_MAX_PARAMS + 1];
+                        for (size_t i = 0; i < ex->method->n_params; i++) names[i] = ex->method->params[i].name;
+                        names[ex->method->n_params] = NULL;
+                        free(buf);
+                        return bad(c, path, label_node, "unknown placeholder {%s}; %s has %s%s%s", name,
+                                   ex->method->name, names[0] ? "{" : "no parameters",
+                                   names[0] ? nearest(name, names) : "", names[0] ? "}, ..." : "");
+                    }
+                    exp_param_text(val, sizeof val, ex, (size_t)pi);
+                }
                 append(&buf, &len, &cap, val, strlen(val));
                 p = close + 1;
                 continue;
@@ -656,74 +847,67 @@ static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, c
     return 0;
 }
 
-/* Default label: "method key=value ..." for the keys the experiment object gives. */
+/* Default label: "method key=value ..." for the keys the experiment object gives; a pipeline joins its steps'
+ * default labels with " | ". */
 static char *default_label(const Experiment *ex, const Axis *axes, size_t n_axes)
 {
     size_t len = 0, cap = 64;
     char *buf = xmalloc(cap);
     buf[0] = '\0';
-    append(&buf, &len, &cap, ex->method->name, strlen(ex->method->name));
-    for (size_t a = 0; a < n_axes; a++) {
-        const ParamDesc *pd = &ex->method->params[axes[a].param];
-        char part[128], val[64];
-        exp_param_text(val, sizeof val, ex, (size_t)axes[a].param);
-        snprintf(part, sizeof part, " %s=%s", pd->name, val);
-        append(&buf, &len, &cap, part, strlen(part));
+    size_t nsteps = ex->n_steps ? ex->n_steps : 1;
+    for (size_t s = 0; s < nsteps; s++) {
+        const Experiment *e = ex->n_steps ? &ex->steps[s] : ex;
+        if (s) append(&buf, &len, &cap, " | ", 3);
+        append(&buf, &len, &cap, e->method->name, strlen(e->method->name));
+        for (size_t a = 0; a < n_axes; a++) {
+            if (ex->n_steps && axes[a].step != s) continue;
+            const ParamDesc *pd = &e->method->params[axes[a].param];
+            char part[128], val[64];
+            exp_param_text(val, sizeof val, e, (size_t)axes[a].param);
+            snprintf(part, sizeof part, " %s=%s", pd->name, val);
+            append(&buf, &len, &cap, part, strlen(part));
+        }
     }
     return buf;
 }
 
-/* Validates experiment object `e` (index ei) and appends its grid points to cfg->exps. */
-static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t ei, size_t *cap)
+/* The method named by node `mnode` at mpath (a string from the registry). */
+static int method_of(const Ctx *c, const cJSON *mnode, const char *mpath, const MethodDesc **out)
 {
-    char path[64];
-    snprintf(path, sizeof path, "experiments.%zu", ei);
-    if (need_object(c, e, path)) return -1;
-
-    char mpath[96];
-    join_path(mpath, sizeof mpath, path, "method");
-    const cJSON *mnode = member(e, "method");
     const char *names[64];
     size_t nn = 0;
     for (size_t i = 0; i < method_count && nn < 63; i++) names[nn++] = method_registry[i]->name;
     names[nn] = NULL;
     if (!mnode) return bad(c, mpath, NULL, "missing required key (a method name; see `kvc methods`)");
     if (!cJSON_IsString(mnode)) return bad(c, mpath, mnode, "must be a method name string (see `kvc methods`)");
-    const MethodDesc *m = method_find(mnode->valuestring);
-    if (!m) return bad(c, mpath, mnode, "unknown method; did you mean \"%s\"? (see `kvc methods`)",
-                       nearest(mnode->valuestring, names));
+    *out = method_find(mnode->valuestring);
+    if (!*out)
+        return bad(c, mpath, mnode, "unknown method; did you mean \"%s\"? (see `kvc methods`)",
+                   nearest(mnode->valuestring, names));
+    return 0;
+}
 
-    /* allowed keys: label, method and the method's parameters */
-    const char *allowed[METHOD_MAX_PARAMS + 3];
-    size_t na = 0;
-    allowed[na++] = "label";
-    allowed[na++] = "method";
-    for (size_t i = 0; i < m->n_params; i++) allowed[na++] = m->params[i].name;
-    allowed[na] = NULL;
-    if (check_keys(c, e, path, allowed)) return -1;
-
-    const cJSON *label = member(e, "label");
-    char lpath[96];
-    join_path(lpath, sizeof lpath, path, "label");
-    if (label && !cJSON_IsString(label)) return bad(c, lpath, label, "must be a string");
-
-    /* the grid axes, in the object's key order; values are validated here, once each */
-    Axis axes[METHOD_MAX_PARAMS];
-    size_t n_axes = 0, rows = 1;
+/* Collects the grid axes of the parameters of method m in object e (path `path`), in key order, validating every
+ * value once, and checks that the required parameters are there. Appends to axes[*n_axes]; *rows *= sizes. */
+static int collect_axes(const Ctx *c, const cJSON *e, const char *path, const MethodDesc *m, size_t step,
+                        Axis *axes, size_t *n_axes, size_t *rows)
+{
+    size_t first = *n_axes;
     for (const cJSON *it = e->child; it; it = it->next) {
         int pi = method_param_index(m, it->string);
         if (pi < 0) continue;
-        Axis *ax = &axes[n_axes++];
+        Axis *ax = &axes[(*n_axes)++];
         ax->param = pi;
         ax->node = it;
         ax->is_list = cJSON_IsArray(it);
         ax->n = ax->is_list ? (size_t)cJSON_GetArraySize(it) : 1;
-        char ppath[128];
+        ax->step = step;
+        char ppath[160];
         join_path(ppath, sizeof ppath, path, it->string);
         if (ax->is_list && ax->n == 0) return bad(c, ppath, it, "a list of values must not be empty");
         size_t k = 0;
         for (const cJSON *v = ax->is_list ? it->child : it; v; v = ax->is_list ? v->next : NULL, k++) {
-            char vpath[160];
+            char vpath[192];
             if (ax->is_list)
                 snprintf(vpath, sizeof vpath, "%s.%zu", ppath, k);
             else
@@ -733,25 +917,120 @@ static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t e
             if (cJSON_IsArray(v)) return bad(c, vpath, v, "lists of lists are not allowed");
             if (param_value(c, &m->params[pi], v, vpath, &tmp, &dtmp)) return -1;
         }
-        if (size_mul(rows, ax->n, &rows) || rows > CONFIG_MAX_ROWS)
+        if (size_mul(*rows, ax->n, rows) || *rows > CONFIG_MAX_ROWS)
             return bad(c, ppath, it, "the experiment grid would exceed %lu rows", CONFIG_MAX_ROWS);
     }
     for (size_t i = 0; i < m->n_params; i++) {
         int given = 0;
-        for (size_t a = 0; a < n_axes; a++) given |= axes[a].param == (int)i;
+        for (size_t a = first; a < *n_axes; a++) given |= axes[a].param == (int)i;
         if (!given && m->params[i].def == PARAM_REQUIRED) {
-            char ppath[128];
+            char ppath[160];
             join_path(ppath, sizeof ppath, path, m->params[i].name);
             return bad(c, ppath, NULL, "missing required parameter of %s: %s", m->name, m->params[i].help);
         }
     }
-    if (m->needs_query && !cfg->dims.has_query)
-        return bad(c, mpath, mnode, "this method looks at the query's attention; add data.query");
-    size_t total;
-    if (size_add(cfg->n_exps, rows, &total) || total > CONFIG_MAX_ROWS)
-        return bad(c, path, NULL, "the expanded experiments would exceed %lu rows", CONFIG_MAX_ROWS);
+    return 0;
+}
 
-    for (size_t r = 0; r < rows; r++) {
+/* An experiment (or step) of method m with every parameter at its default. */
+static void init_experiment(Experiment *ex, const MethodDesc *m, size_t ei)
+{
+    memset(ex, 0, sizeof *ex);
+    ex->method = m;
+    ex->src = ei;
+    for (size_t i = 0; i < m->n_params; i++) {
+        ex->p[i] = m->params[i].def;
+        ex->num[i] = m->params[i].num_def;
+        ex->pos[i] = POS_DEFAULT;
+    }
+}
+
+/* Validates experiment object `e` (index ei) and appends its grid points to cfg->exps. A pipeline's "steps" are
+ * method objects without labels; their parameters form one grid, in step order and key order. */
+static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t ei, size_t *cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "experiments.%zu", ei);
+    if (need_object(c, e, path)) return -1;
+
+    char mpath[96];
+    join_path(mpath, sizeof mpath, path, "method");
+    const cJSON *mnode = member(e, "method");
+    const MethodDesc *m;
+    if (method_of(c, mnode, mpath, &m)) return -1;
+    int pipeline = m == &method_pipeline;
+
+    /* allowed keys: label, method and the method's parameters (a pipeline: steps) */
+    const char *allowed[METHOD_MAX_PARAMS + 3];
+    size_t na = 0;
+    allowed[na++] = "label";
+    allowed[na++] = "method";
+    if (pipeline) allowed[na++] = "steps";
+    for (size_t i = 0; i < m->n_params; i++) allowed[na++] = m->params[i].name;
+    allowed[na] = NULL;
+    if (check_keys(c, e, path, allowed)) return -1;
+
+    const cJSON *label = member(e, "label");
+    char lpath[96];
+    join_path(lpath, sizeof lpath, path, "label");
+    if (label && !cJSON_IsString(label)) return bad(c, lpath, label, "must be a string");
+
+    /* the grid axes, in the object's key order (a pipeline: its steps' keys, step by step); values are validated
+     * here, once each */
+    size_t n_steps = 0, rows = 1, n_axes = 0, max_axes = METHOD_MAX_PARAMS;
+    const MethodDesc **smeth = NULL;
+    const cJSON *steps = NULL;
+    if (pipeline) {
+        char spath[96];
+        join_path(spath, sizeof spath, path, "steps");
+        steps = member(e, "steps");
+        if (!steps) return bad(c, spath, NULL, "missing required list of steps, e.g. [{\"method\": \"share_heads\", "
+                               "\"group\": 4}, {\"method\": \"quantize\", \"bits\": 8}]");
+        if (!cJSON_IsArray(steps) || !steps->child)
+            return bad(c, spath, steps, "must be a non-empty list of method objects");
+        n_steps = (size_t)cJSON_GetArraySize(steps);
+        if (n_steps > 64) return bad(c, spath, steps, "at most 64 steps");
+        max_axes = n_steps * METHOD_MAX_PARAMS;
+    }
+    Axis *axes = xcalloc(max_axes, sizeof *axes);
+    int rc = 0;
+    if (pipeline) {
+        smeth = xcalloc(n_steps, sizeof *smeth);
+        size_t k = 0;
+        for (const cJSON *s = steps->child; s && rc == 0; s = s->next, k++) {
+            char spath[96], smpath[112];
+            snprintf(spath, sizeof spath, "%s.steps.%zu", path, k);
+            join_path(smpath, sizeof smpath, spath, "method");
+            if (need_object(c, s, spath) || method_of(c, member(s, "method"), smpath, &smeth[k])) {
+                rc = -1;
+                break;
+            }
+            if (smeth[k] == &method_pipeline) {
+                rc = bad(c, smpath, member(s, "method"), "a pipeline cannot be a step of a pipeline; list its steps "
+                         "here");
+                break;
+            }
+            const char *sallowed[METHOD_MAX_PARAMS + 2];
+            size_t sa = 0;
+            sallowed[sa++] = "method";
+            for (size_t i = 0; i < smeth[k]->n_params; i++) sallowed[sa++] = smeth[k]->params[i].name;
+            sallowed[sa] = NULL;
+            if (check_keys(c, s, spath, sallowed) ||
+                collect_axes(c, s, spath, smeth[k], k, axes, &n_axes, &rows))
+                rc = -1;
+            if (rc == 0 && smeth[k]->needs_query && !cfg->dims.has_query)
+                rc = bad(c, smpath, member(s, "method"), "this method looks at the query's attention; add data.query");
+        }
+    } else {
+        rc = collect_axes(c, e, path, m, 0, axes, &n_axes, &rows);
+        if (rc == 0 && m->needs_query && !cfg->dims.has_query)
+            rc = bad(c, mpath, mnode, "this method looks at the query's attention; add data.query");
+    }
+    size_t total;
+    if (rc == 0 && (size_add(cfg->n_exps, rows, &total) || total > CONFIG_MAX_ROWS))
+        rc = bad(c, path, NULL, "the expanded experiments would exceed %lu rows", CONFIG_MAX_ROWS);
+
+    for (size_t r = 0; rc == 0 && r < rows; r++) {
         if (cfg->n_exps == *cap) {
             size_t nc = *cap ? *cap * 2 : 16;
             Experiment *ne = xcalloc(nc, sizeof *ne);
@@ -761,42 +1040,48 @@ static int expand_experiment(const Ctx *c, Config *cfg, const cJSON *e, size_t e
             *cap = nc;
         }
         Experiment *ex = &cfg->exps[cfg->n_exps];
-        memset(ex, 0, sizeof *ex);
-        ex->method = m;
-        ex->src = ei;
-        for (size_t i = 0; i < m->n_params; i++) {
-            ex->p[i] = m->params[i].def;
-            ex->num[i] = m->params[i].num_def;
-            ex->pos[i] = POS_DEFAULT;
+        init_experiment(ex, m, ei);
+        if (pipeline) {
+            ex->steps = xcalloc(n_steps, sizeof *ex->steps);
+            ex->n_steps = n_steps;
+            for (size_t k = 0; k < n_steps; k++) {
+                init_experiment(&ex->steps[k], smeth[k], ei);
+                ex->steps[k].is_step = 1;
+                ex->steps[k].step = k;
+            }
         }
+        cfg->n_exps++;   /* counted now, so config_free releases its steps if a check below fails */
         /* mixed-radix decode of r, the last axis varying fastest */
         size_t rest = r;
         for (size_t a = n_axes; a-- > 0;) {
+            Experiment *tgt = pipeline ? &ex->steps[axes[a].step] : ex;
             size_t k = rest % axes[a].n;
             rest /= axes[a].n;
             const cJSON *v = axes[a].is_list ? cJSON_GetArrayItem(axes[a].node, (int)k) : axes[a].node;
             long val = 0;
             double num = 0;
-            int rc = param_value(c, &m->params[axes[a].param], v, "", &val, &num);
-            (void)rc; /* validated above */
-            ex->p[axes[a].param] = val;
-            ex->num[axes[a].param] = num;
-            ex->pos[axes[a].param] = axes[a].is_list ? (int)k : POS_SCALAR;
+            int vrc = param_value(c, &tgt->method->params[axes[a].param], v, "", &val, &num);
+            (void)vrc; /* validated above */
+            tgt->p[axes[a].param] = val;
+            tgt->num[axes[a].param] = num;
+            tgt->pos[axes[a].param] = axes[a].is_list ? (int)k : POS_SCALAR;
         }
         if (m->check && m->check(ex, &cfg->dims)) {
             /* prefix the file name: method checks know only the JSON path */
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", kvc_errmsg());
-            return kvc_fail("%s: %s", c->file, msg);
+            rc = kvc_fail("%s: %s", c->file, msg);
+            break;
         }
         if (label) {
-            if (fill_label(c, lpath, label, ex, &ex->label)) return -1;
+            if (fill_label(c, lpath, label, ex, &ex->label)) rc = -1;
         } else {
             ex->label = default_label(ex, axes, n_axes);
         }
-        cfg->n_exps++;
     }
-    return 0;
+    free(axes);
+    free(smeth);
+    return rc;
 }
 
 static int parse_experiments(const Ctx *c, Config *cfg, const cJSON *list)
@@ -804,6 +1089,8 @@ static int parse_experiments(const Ctx *c, Config *cfg, const cJSON *list)
     if (!list) return bad(c, "experiments", NULL, "missing required list of experiments");
     if (!cJSON_IsArray(list)) return bad(c, "experiments", list, "must be a list of experiment objects");
     if (!list->child) return bad(c, "experiments", list, "the list of experiments is empty");
+    cfg->dims.kv_heads = cfg->kv_heads;   /* what method checks may know beyond T and D */
+    cfg->dims.n_obs = cfg->observe.n;
     size_t cap = 0, i = 0;
     for (const cJSON *e = list->child; e; e = e->next, i++)
         if (expand_experiment(c, cfg, e, i, &cap)) return -1;
@@ -1147,7 +1434,16 @@ void config_free(Config *cfg)
     free(cfg->outliers);
     free(cfg->query.tokens);
     free(cfg->observe.tokens);
-    for (size_t i = 0; i < cfg->n_exps; i++) free(cfg->exps[i].label);
+    for (int r = 0; r < CONFIG_N_FILES; r++) {
+        free(cfg->files[r].path);
+        free(cfg->files[r].name);
+        tensor_free(&cfg->files[r].t);
+    }
+    free(cfg->file_outliers);
+    for (size_t i = 0; i < cfg->n_exps; i++) {
+        free(cfg->exps[i].label);
+        free(cfg->exps[i].steps);
+    }
     free(cfg->exps);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -1233,4 +1529,74 @@ int config_canonical_data(char **out, const char *name, const char *text, size_t
     fclose(f);
     cJSON_Delete(root);
     return 0;
+}
+
+/* ==== files.json for kvc synth (src/load.c): the config with another data block ==== */
+
+static void pretty_indent(FILE *f, int depth)
+{
+    fputc('\n', f);
+    for (int i = 0; i < depth; i++) fputs("  ", f);
+}
+
+/* Indented JSON in the config's own key order: a list of numbers and strings, and an object of those and such
+ * lists, on one line, else one member per line; numbers in shortest round-trip form. */
+static void pretty_value(FILE *f, const cJSON *n, int depth)
+{
+    if (cJSON_IsObject(n) || cJSON_IsArray(n)) {
+        int obj = cJSON_IsObject(n), flat = 1;
+        for (const cJSON *it = n->child; it && flat; it = it->next) {
+            flat = !cJSON_IsObject(it) && (!cJSON_IsArray(it) || obj);
+            for (const cJSON *jt = cJSON_IsArray(it) ? it->child : NULL; jt && flat; jt = jt->next)
+                flat = !cJSON_IsObject(jt) && !cJSON_IsArray(jt);
+        }
+        fputc(obj ? '{' : '[', f);
+        for (const cJSON *it = n->child; it; it = it->next) {
+            if (flat) {
+                if (it != n->child) fputs(", ", f);
+            } else {
+                if (it != n->child) fputc(',', f);
+                pretty_indent(f, depth + 1);
+            }
+            if (obj) {
+                canon_string(f, it->string);
+                fputs(": ", f);
+            }
+            pretty_value(f, it, depth + 1);
+        }
+        if (!flat && n->child) pretty_indent(f, depth);
+        fputc(obj ? '}' : ']', f);
+    } else {
+        canon_value(f, n);
+    }
+}
+
+int config_files_json(char **out, const char *name, const char *text, size_t len, char *const *sets,
+                      size_t n_sets, const char *data_json)
+{
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0), *data = cJSON_Parse(data_json);
+    int rc = 0;
+    if (!root || !cJSON_IsObject(root)) {
+        rc = kvc_fail("%s: not a JSON object (got a config that changed while kvc read it?)", name);
+    } else if (!data) {
+        rc = kvc_fail("%s: internal error: the data block of files.json is not JSON (got %.60s)", name, data_json);
+    } else {
+        for (size_t i = 0; i < n_sets && rc == 0; i++) rc = apply_set(root, sets[i]);
+    }
+    if (rc == 0) {
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "data", data);
+        data = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(out, &n);
+        if (!f) {
+            fprintf(stderr, "kvc: out of memory (files.json)\n");
+            abort();
+        }
+        pretty_value(f, root, 0);
+        fclose(f);
+    }
+    cJSON_Delete(data);
+    cJSON_Delete(root);
+    return rc;
 }

@@ -10,11 +10,17 @@
  * q_heads <= 65536; layers x kv_heads x tokens x head_dim <= 2^27 numbers per tensor, and the same bound for
  * the queries (layers x q_heads x queries x head_dim) and their attention weights (x tokens);
  * at most 1000000 expanded experiments.
+ *
+ * data.source "files" (README "Data from files"): the data block names tensor files instead of generators;
+ * config_parse reads them (src/load.c, load_files) before the rest is validated, so the sizes come from their
+ * shapes and every check that needs T or D (metrics, method parameters) runs against the loaded data with the
+ * usual message. The tensors stay in cfg->files[].t until data_make (load.h) moves them into a Data.
  */
 #ifndef KVC_CONFIG_H
 #define KVC_CONFIG_H
 
 #include "methods/methods.h"
+#include "tensorio.h"
 
 #include <stddef.h>
 
@@ -43,8 +49,19 @@ typedef struct QuerySpec {
     double head_correlation;      /* evaluation queries: blend with a query shared by the GQA group (0: none) */
 } QuerySpec;
 
+/* data.source "files": one tensor file (data.files.keys, .values, .queries, .observe). */
+typedef enum { FILE_KEYS, FILE_VALUES, FILE_QUERIES, FILE_OBSERVE, CONFIG_N_FILES } FileRole;
+typedef struct FileSpec {
+    char *path;                   /* resolved against the config file's directory; NULL: not given */
+    char *name;                   /* tensor name in a .safetensors file, or NULL */
+    Tensor t;                     /* the tensor as read (src/load.c); moved into Data by data_make */
+} FileSpec;
+
 typedef struct Config {
     char *seed;                   /* the seed as a decimal integer string (any size) */
+    int from_files;               /* data.source "files": K, V, Q, O come from files[], dims from their shapes */
+    FileSpec files[CONFIG_N_FILES];
+    unsigned char *file_outliers; /* (layers, D) data.outlier_channels with files (1: outlier), or NULL */
     Dims dims;                    /* T, D (of one head), whether values and evaluation queries exist */
     size_t layers, kv_heads, q_heads;   /* L, H_kv, H_q (a multiple of H_kv) */
     KeysGenerator keys_gen;
@@ -88,5 +105,11 @@ void config_free(Config *cfg);   /* safe on a zeroed or partly filled Config */
  * (caller frees). Call after config_parse accepted the same text and sets. Returns 0 or -1 with kvc_fail. */
 int config_canonical_data(char **out, const char *name, const char *text, size_t len, char *const *sets,
                           size_t n_sets);
+
+/* For kvc synth (src/load.c): the config text[0..len) after the --set values, with its "data" replaced by the
+ * JSON object text data_json (seed, metrics and experiments as they are), as indented JSON in *out (caller
+ * frees). Call after config_parse accepted the same text and sets. Returns 0 or -1 with kvc_fail. */
+int config_files_json(char **out, const char *name, const char *text, size_t len, char *const *sets,
+                      size_t n_sets, const char *data_json);
 
 #endif

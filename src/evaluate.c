@@ -309,22 +309,40 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
     }
     size_t k_recall = cfg->recall_k < T ? cfg->recall_k : T;
     if (k_recall == 0) k_recall = T < 32 ? T : 32;
+    MethodInput *ins = xcalloc(H, sizeof *ins);
+    Compressed *cs = xcalloc(H, sizeof *cs);
     for (size_t b = 0; b < nh; b++) {
         const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
-        MethodInput in = {.T = T, .D = D, .K = K, .V = V, .w_ref = ref->wsum ? ref->wsum + b * T : NULL,
-                          .K_att = ref->Katt ? ref->Katt + b * m : NULL, .layer = b / H, .head = b % H};
-        if (d->O) {
-            in.Q_obs = d->O + (b / H * Hq + b % H * G) * d->W * D;
-            in.obs_pos = d->obs_pos;
-            in.n_obs_heads = G;
-            in.n_obs = d->W;
+        if (b % H == 0) {   /* run the method on the layer's heads: per head, or once for the layer */
+            int rc = 0;
+            for (size_t h = 0; h < H; h++) {
+                size_t bb = b + h;
+                MethodInput *in = &ins[h];
+                *in = (MethodInput){.T = T, .D = D, .K = d->K + bb * m, .V = d->V ? d->V + bb * m : NULL,
+                                    .w_ref = ref->wsum ? ref->wsum + bb * T : NULL,
+                                    .K_att = ref->Katt ? ref->Katt + bb * m : NULL, .layer = bb / H, .head = h,
+                                    .seed = cfg->seed};
+                if (d->O) {
+                    in->Q_obs = d->O + (bb / H * Hq + h * G) * d->W * D;
+                    in->obs_pos = d->obs_pos;
+                    in->n_obs_heads = G;
+                    in->n_obs = d->W;
+                }
+            }
+            memset(cs, 0, H * sizeof *cs);
+            if (ex->method->apply_layer) rc = ex->method->apply_layer(cs, ex, ins, H);
+            for (size_t h = 0; !ex->method->apply_layer && rc == 0 && h < H; h++)
+                rc = ex->method->apply(&cs[h], ex, &ins[h]);
+            if (rc) {
+                for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
+                free(ins);
+                free(cs);
+                eval_free(&e);
+                return -1;
+            }
         }
-        Compressed c;
-        if (ex->method->apply(&c, ex, &in)) {
-            compressed_free(&c);
-            eval_free(&e);
-            return -1;
-        }
+        Compressed c = cs[b % H];
+        memset(&cs[b % H], 0, sizeof c);
         if (c.K) {
             if (!e.dK) {
                 e.dK = xcalloc(nh * m, sizeof *e.dK);
@@ -345,6 +363,8 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
         compressed_free(&c);
     }
+    free(ins);
+    free(cs);
     if (agg) {
         memset(agg, 0, sizeof *agg);
         agg->ex = ex;

@@ -50,15 +50,27 @@ static void data_text(FILE *f, const Config *cfg, const char *canon)
     fprintf(f, "kvc-experiment v1\nseed=%s\nconfig=%s\n", seed, canon);
 }
 
-static void exp_text(FILE *f, const Experiment *ex)
+/* "method=M\n" and "param=value\n" per listed parameter, each line after `prefix` (a pipeline step: "steps.S.") */
+static void method_text(FILE *f, const Experiment *ex, const char *prefix)
 {
     const MethodDesc *m = ex->method;
-    fprintf(f, "method=%s\n", m->name);
+    fprintf(f, "%smethod=%s\n", prefix, m->name);
     for (size_t i = 0; i < m->n_params; i++) {
         const ParamDesc *pd = &m->params[i];
         char v[64];
+        if (!exp_param_listed(ex, i)) continue;
         exp_param_text(v, sizeof v, ex, i);
-        fprintf(f, "%s=%s\n", pd->name, v);
+        fprintf(f, "%s%s=%s\n", prefix, pd->name, v);
+    }
+}
+
+static void exp_text(FILE *f, const Experiment *ex)
+{
+    method_text(f, ex, "");
+    for (size_t s = 0; s < ex->n_steps; s++) {
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "steps.%zu.", s);
+        method_text(f, &ex->steps[s], prefix);
     }
 }
 

@@ -12,6 +12,10 @@
  *   bits=8\naxis=token\napply_to=kv\n  defaults included (so "bits": 8 written or left out is one id)
  *   repeat=1\n                       only for the 2nd, 3rd, ... copy of an identical experiment in a config
  *
+ * Parameters marked ParamDesc.id_when_set (added to a method after its first version) appear only when they
+ * differ from their default. A pipeline ("method=pipeline\n") continues with its steps' lines, each prefixed
+ * "steps.S." (S from 0): "steps.0.method=share_heads\nsteps.0.group=4\nsteps.1.method=quantize\n...".
+ *
  * A --per-head row continues the hash of its experiment's id with "layer=L\nhead=H\n" (expid_row).
  *
  * What is not in the text does not change the id: the label (kvc checks labels separately), the position

@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <lapacke.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -38,10 +39,30 @@ void la_vecmat(double *y, const double *x, const double *A, size_t M, size_t N)
     cblas_dgemv(CblasRowMajor, CblasTrans, to_int(M), to_int(N), 1.0, A, to_int(N), x, 1, 0.0, y, 1);
 }
 
+/* Below this sum of squares, squares under DBL_MIN may have lost digits (each at most 2^-1075 absolutely), so
+ * the plain result is not trusted; 2^-900 leaves a margin of 2^122 over n x 2^-1075 for any n kvc can hold. */
+#define LA_NORM_TINY 0x1p-900
+
 double la_norm(const double *x, size_t n)
 {
     if (n == 0) return 0.0;
-    return sqrt(cblas_ddot(to_int(n), x, 1, x, 1));
+    double ss = cblas_ddot(to_int(n), x, 1, x, 1);
+    if (ss >= LA_NORM_TINY && ss <= DBL_MAX) return sqrt(ss);   /* numpy's np.linalg.norm, bit for bit */
+    if (isnan(ss)) return ss;
+    /* The squares overflowed (an element above ~1e154) or may have underflowed (all below ~1e-135): scale by
+     * the power of two nearest the largest magnitude (exact), sum the scaled squares, scale back. */
+    double amax = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(x[i]) > amax) amax = fabs(x[i]);
+    if (amax == 0.0 || isinf(amax)) return amax;
+    int e;
+    frexp(amax, &e);
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double y = ldexp(x[i], -e);
+        s += y * y;
+    }
+    return ldexp(sqrt(s), e);
 }
 
 /* numpy's pairwise_sum: blocks of up to 128 summed with 8 accumulators, halves above that. */

@@ -20,7 +20,10 @@ void la_matmul(double *C, const double *A, const double *B, size_t M, size_t K, 
 void la_matvec(double *y, const double *A, const double *x, size_t M, size_t N);
 /* y (N,) = x (M,) @ A (M, N) */
 void la_vecmat(double *y, const double *x, const double *A, size_t M, size_t N);
-/* sqrt(x . x), as np.linalg.norm of a contiguous array */
+/* sqrt(x . x) with cblas_ddot, as np.linalg.norm of a contiguous array, bit for bit, whenever x . x lies in
+ * [2^-900, DBL_MAX]. Outside that range (elements above ~1e154 overflow the squares to inf, elements all below
+ * ~1e-135 lose digits to underflow), where numpy returns inf or an inaccurate value, the norm is computed on x
+ * scaled by a power of two instead: finite and accurate for every finite x. NaN in, NaN out; inf in, inf out. */
 double la_norm(const double *x, size_t n);
 /* np.sum of x[0..n): numpy's pairwise sum over blocks of 8192 (its buffer size), blocks added in order */
 double la_sum(const double *x, size_t n);

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "evaluate.h"
 #include "linalg.h"
+#include "load.h"
 #include "merge.h"
 #include "report.h"
 #include "size.h"
@@ -30,6 +31,7 @@ static int cmd_size_main(int argc, char **argv);
 static int cmd_methods(int argc, char **argv);
 static int cmd_bench(int argc, char **argv);
 static int cmd_merge(int argc, char **argv);
+static int cmd_synth(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const Command commands[] = {
@@ -38,9 +40,10 @@ static const Command commands[] = {
      "               [--out FILE [--resume]] [--shard I/N] [--list] [-q]\n"
      "\n"
      "Reads CONFIG.json (format: README.md, \"Config reference\"), synthesizes K, V and the query with\n"
-     "numpy's generator, runs every expanded experiment through the shared attention kernel and prints\n"
-     "one row per experiment. CSV and JSONL rows end in an id: a hash of the config values that define\n"
-     "the row (data, seed, method, parameters), the key of --resume and kvc merge.\n"
+     "numpy's generator (or reads them from .npy/.safetensors files: data.source \"files\"), runs every\n"
+     "expanded experiment through the shared attention kernel and prints one row per experiment. CSV and\n"
+     "JSONL rows end in an id: a hash of the config values that define the row (data, seed, method,\n"
+     "parameters), the key of --resume and kvc merge.\n"
      "\n"
      "  --set PATH=JSON   override a config value before expansion (repeatable, applied in order);\n"
      "                    PATH is dotted with list indices: seed, data.tokens, experiments.0.bits;\n"
@@ -84,6 +87,22 @@ static const Command commands[] = {
      BENCH_USAGE},
     {"merge", cmd_merge, "combine the CSV or JSONL files of shards or resumed runs, checked against the grid",
      MERGE_USAGE},
+    {"synth", cmd_synth, "write the data a config measures (K, V, queries) as .npy or .safetensors files",
+     "usage: kvc synth CONFIG.json -o DIR [--set PATH=JSON]... [--format npy|safetensors]\n"
+     "\n"
+     "Makes the data of CONFIG.json exactly as kvc run measures it and writes it into DIR (created if\n"
+     "missing): keys.npy, values.npy, queries.npy and observe.npy (those the config has; float64, shapes\n"
+     "(layers, kv_heads, tokens, head_dim) and (layers, q_heads, queries, head_dim)), or with --format\n"
+     "safetensors one cache.safetensors holding tensors \"keys\", \"values\", \"queries\", \"observe\".\n"
+     "Keys are written as the cache holds them: post-RoPE, or pre-RoPE with data.rope.cache \"pre\"; queries\n"
+     "as attention reads them. DIR/files.json is the config with a data block that loads these files\n"
+     "(data.source \"files\"): kvc run DIR/files.json prints the same numbers as kvc run CONFIG.json (the\n"
+     "row ids differ: the config differs).\n"
+     "\n"
+     "  -o, --out DIR     the output directory (required)\n"
+     "  --set PATH=JSON   override a config value first, as for kvc run (repeatable)\n"
+     "  --format FORMAT   npy (default) or safetensors\n"
+     "  -h, --help        this help\n"},
     {"help", cmd_help, "show help for kvc or for one command", "usage: kvc help [COMMAND]\n"},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
@@ -177,7 +196,7 @@ static int cmd_run(int argc, char **argv)
         goto usage;
     }
     Data d;
-    if (synth_data(&d, &cfg)) {
+    if (data_make(&d, &cfg)) {
         config_free(&cfg);
         goto usage;
     }
@@ -280,6 +299,76 @@ static int cmd_merge(int argc, char **argv)
     int rc = merge_command(argc, argv);
     if (rc != EXIT_OK) fprintf(stderr, "kvc: %s\n", kvc_errmsg());
     return rc;
+}
+
+static int cmd_synth(int argc, char **argv)
+{
+    const char *path = NULL, *dir = NULL, *val;
+    SaveFormat fmt = SAVE_NPY;
+    char **sets = xcalloc((size_t)argc, sizeof *sets);
+    size_t n_sets = 0;
+    int r;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(find_command("synth")->usage, stdout);
+            free(sets);
+            return EXIT_OK;
+        }
+        if ((r = take_value(argc, argv, &i, "--set", &val)) != 0) {
+            if (r < 0) goto usage;
+            sets[n_sets++] = (char *)val;
+        } else if ((r = take_value(argc, argv, &i, "--format", &val)) != 0) {
+            if (r < 0) goto usage;
+            if (strcmp(val, "npy") == 0) fmt = SAVE_NPY;
+            else if (strcmp(val, "safetensors") == 0) fmt = SAVE_SAFETENSORS;
+            else {
+                kvc_fail("synth: --format: must be npy or safetensors (got \"%s\")", val);
+                goto usage;
+            }
+        } else if ((r = take_value(argc, argv, &i, "--out", &val)) != 0 ||
+                   (r = take_value(argc, argv, &i, "-o", &val)) != 0) {
+            if (r < 0) goto usage;
+            dir = val;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            kvc_fail("synth: unknown option; see kvc synth --help (got \"%s\")", argv[i]);
+            goto usage;
+        } else if (path) {
+            kvc_fail("synth: only one config file is accepted (got \"%s\" after \"%s\")", argv[i], path);
+            goto usage;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        kvc_fail("synth: missing the config file; usage: kvc synth CONFIG.json -o DIR (got nothing)");
+        goto usage;
+    }
+    if (!dir) {
+        kvc_fail("synth: missing the output directory; usage: kvc synth CONFIG.json -o DIR (got nothing)");
+        goto usage;
+    }
+    Config cfg;
+    Data d;
+    if (config_load(&cfg, path, sets, n_sets)) {
+        config_free(&cfg);
+        goto usage;
+    }
+    if (data_make(&d, &cfg)) {
+        config_free(&cfg);
+        goto usage;
+    }
+    r = load_save(dir, fmt, &d, &cfg, path, sets, n_sets);
+    data_free(&d);
+    config_free(&cfg);
+    free(sets);
+    if (r != 0) {
+        fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+        return r < 0 ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    return EXIT_OK;
+usage:
+    free(sets);
+    return usage_error();
 }
 
 static int cmd_help(int argc, char **argv)

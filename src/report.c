@@ -42,6 +42,22 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* The listed parameters of ex as JSON members ("name":value), each preceded by a comma unless it is the first
+ * and `comma` is 0. */
+static void json_params(FILE *f, const Experiment *ex, int comma)
+{
+    for (size_t i = 0; i < ex->method->n_params; i++) {
+        const ParamDesc *pd = &ex->method->params[i];
+        if (!exp_param_listed(ex, i)) continue;
+        fprintf(f, "%s\"%s\":", comma ? "," : "", pd->name);
+        comma = 1;
+        char v[64];
+        exp_param_text(v, sizeof v, ex, i);
+        if (pd->kind == PARAM_ENUM) json_string(f, v);
+        else fputs(v, f);
+    }
+}
+
 static void number(char *buf, size_t cap, const Row *row, Column c)
 {
     if (column_is_integer(c))
@@ -89,14 +105,17 @@ void report_row(FILE *f, Format fmt, const Row *row, const char *id)
         fputs(",\"method\":", f);
         json_string(f, ex->method->name);
         fputs(",\"params\":{", f);
-        for (size_t i = 0; i < ex->method->n_params; i++) {
-            const ParamDesc *pd = &ex->method->params[i];
-            fprintf(f, "%s\"%s\":", i ? "," : "", pd->name);
-            char v[64];
-            exp_param_text(v, sizeof v, ex, i);
-            if (pd->kind == PARAM_ENUM) json_string(f, v);
-            else fputs(v, f);
+        if (ex->n_steps) {
+            fputs("\"steps\":[", f);
+            for (size_t s = 0; s < ex->n_steps; s++) {
+                fputs(s ? ",{\"method\":" : "{\"method\":", f);
+                json_string(f, ex->steps[s].method->name);
+                json_params(f, &ex->steps[s], 1);
+                fputc('}', f);
+            }
+            fputc(']', f);
         }
+        json_params(f, ex, 0);
         fputc('}', f);
         if (row->per_head) fprintf(f, ",\"layer\":%zu,\"head\":%zu", row->layer, row->head);
         for (int c = 0; c < NCOLS; c++) {

@@ -32,10 +32,41 @@
  *          i + 16 in the high nibble; value (n - 8) * d.
  *          Both are bit-exact with ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref (float32 arithmetic,
  *          no FMA): double input is first rounded to float32, as ggml only takes float32. W % 32 == 0.
+ *   q4_1   {fp16 d; fp16 m; u8 qs[16]}, 20 bytes; value n * d + m (float32).
+ *   q5_0   {fp16 d; u8 qh[4]; u8 qs[16]}, 22 bytes: the low 4 bits of element i as q4_0's nibbles, bit 4 of
+ *          element i in bit i of qh (a little-endian u32); value (n - 16) * d.
+ *   q5_1   {fp16 d; fp16 m; u8 qh[4]; u8 qs[16]}, 24 bytes; value n * d + m (float32).
+ *   iq4_nl {fp16 d; u8 qs[16]}, 18 bytes, nibbles as q4_0; value d * K[n] with the code book
+ *          K = store_iq4nl_values. An all-zero block (max |x| < 1e-15) stores d = 0 and repeats the nibbles of
+ *          the previous block of the row (ggml leaves them as they were; for the first block of a row, where
+ *          ggml's are undefined, kvc writes 0); it reads back 0 either way.
+ *          All four are bit-exact with ggml's quantize_row_*_ref (../shared/reference/ggml-formats.md); one row
+ *          of W values is one ggml call. Not accepted by store_format_parse (the decode kernels do not read them).
+ *   intN   (STORE_INTN, the method library's grouped integer format; not accepted by store_format_parse)
+ *          b = fmt.bits-bit codes in groups with their own scale (and min). Axis token: groups of
+ *          g = fmt.group consecutive columns within a token row, ceil(W / g) per row, ordered by token then
+ *          column; axis channel: groups of g consecutive tokens within a column, ceil(T / g) per column,
+ *          ordered by token group then column (a new group of tokens appends its W groups). g = 0 means the
+ *          whole row (column); the last group of a row (column) may be shorter.
+ *          Symmetric: qmax = 2^(b-1) - 1, scale = max|x| / qmax, code = clip(rint(x / s), -qmax, qmax)
+ *          stored as n = code + 2^(b-1); value = code * s. Asymmetric (fmt.asym): scale = (max x - min x) /
+ *          (2^b - 1), code = clip(rint((x - m) / s), 0, 2^b - 1) stored as n = code; value = code * s + m.
+ *          s and m are the scale and min rounded to fmt.scale_type (FP16 by store_f16_from_f64, FP32 by C's
+ *          conversion; both saturate to the largest finite value), and the codes are computed against these
+ *          stored values; a group whose stored scale is 0 (max|x| = 0, or all x equal when asymmetric, or an
+ *          underflow) stores codes 0. Values are computed in double (store_dequantize_f64) or as that double
+ *          rounded to float (the f32 entry points).
+ *          Codes: the whole tensor, element (t, j) at bit offset (t * W + j) * b of one little-endian bit
+ *          stream (bit k is bit k % 8 of byte k / 8), ceil(T * W * b / 8) bytes; rows start on a byte boundary
+ *          only when W * b % 8 == 0 (then row_bytes = W * b / 8, else 0). Params: n_groups scales, then
+ *          (asymmetric) n_groups mins, 2 (FP16) or 4 (FP32) bytes each, little-endian.
+ *          store_quantize_intn_unrounded_f64 is the lesson's simplification (README "How bytes are counted"):
+ *          the codes are computed against the unrounded double scale and min, which the caller keeps for
+ *          store_dequantize_intn_unrounded_f64; the buffers hold the same codes and the rounded parameters.
  *   low rank (R > 0)   the coefficients in any of the formats above (W = R columns), plus the basis
  *          B' (R, D) in FP16, 2 * R * D bytes.
  *
- * Bytes (store_bytes): T * row_bytes + 2 * (number of scales) + 2 * R * D.
+ * Bytes (store_bytes): T * row_bytes (intN: code_bytes) + 2 * (number of scales) + param_bytes + 2 * R * D.
  *
  * Dequantized values: every format's value is exact in float32 (codes of at most 8 bits times an FP16
  * scale), so the double and float dequantizers agree exactly for full-rank tensors; low rank multiplies
@@ -67,16 +98,30 @@ typedef enum StoreType {
     STORE_INT2,
     STORE_Q8_0,
     STORE_Q4_0,
+    /* Added for the method library (quantize, kivi, ggml); store_format_parse does not read these names (the
+     * decode kernels do not read these formats): the methods set StoreFormat themselves. */
+    STORE_Q4_1,
+    STORE_Q5_0,
+    STORE_Q5_1,
+    STORE_IQ4_NL,
+    STORE_INTN,
     STORE_NTYPES
 } StoreType;
 
 typedef enum StoreAxis { STORE_AXIS_TOKEN = 0, STORE_AXIS_CHANNEL = 1 } StoreAxis;
 
-/* A tensor format: element type, scale axis (integer types only), rank (0 = full). */
+typedef enum StoreScaleType { STORE_SCALE_F16 = 0, STORE_SCALE_F32 = 1 } StoreScaleType;
+
+/* A tensor format: element type, scale axis (integer types only), rank (0 = full). The fields after rank are
+ * for STORE_INTN only (zero otherwise). */
 typedef struct StoreFormat {
     StoreType type;
     StoreAxis axis;
     size_t rank;
+    int bits;                  /* STORE_INTN: bits per code, 2..8 (symmetric) or 1..8 (asymmetric) */
+    int asym;                  /* STORE_INTN: 1 = a scale and a min per group, 0 = a scale only */
+    size_t group;              /* STORE_INTN: group extent along the group axis; 0 = the whole row / column */
+    StoreScaleType scale_type; /* STORE_INTN: how scales and mins are stored */
 } StoreFormat;
 
 /* ggml blocks (ggml-common.h): 32 values along the row, an FP16 scale first. */
@@ -89,8 +134,32 @@ typedef struct StoreBlockQ4_0 {
     uint16_t d;
     uint8_t qs[STORE_QK / 2];
 } StoreBlockQ4_0;
+typedef struct StoreBlockQ4_1 {
+    uint16_t d, m;
+    uint8_t qs[STORE_QK / 2];
+} StoreBlockQ4_1;
+typedef struct StoreBlockQ5_0 {
+    uint16_t d;
+    uint8_t qh[4];             /* bit j (little-endian u32): bit 4 of element j */
+    uint8_t qs[STORE_QK / 2];
+} StoreBlockQ5_0;
+typedef struct StoreBlockQ5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[STORE_QK / 2];
+} StoreBlockQ5_1;
+typedef struct StoreBlockIQ4_NL {
+    uint16_t d;
+    uint8_t qs[STORE_QK / 2];  /* indices into store_iq4nl_values */
+} StoreBlockIQ4_NL;
 static_assert(sizeof(StoreBlockQ8_0) == 34, "q8_0 block is 34 bytes");
 static_assert(sizeof(StoreBlockQ4_0) == 18, "q4_0 block is 18 bytes");
+static_assert(sizeof(StoreBlockQ4_1) == 20, "q4_1 block is 20 bytes");
+static_assert(sizeof(StoreBlockQ5_0) == 22, "q5_0 block is 22 bytes");
+static_assert(sizeof(StoreBlockQ5_1) == 24, "q5_1 block is 24 bytes");
+static_assert(sizeof(StoreBlockIQ4_NL) == 18, "iq4_nl block is 18 bytes");
+/* iq4_nl's non-linear code book K[16] */
+extern const int8_t store_iq4nl_values[16];
 
 typedef struct StoreTensor {
     StoreFormat fmt;
@@ -101,11 +170,17 @@ typedef struct StoreTensor {
     uint16_t *scales;    /* FP16; n_scales = T (axis token) or W (axis channel) for int types, else 0 */
     size_t n_scales;
     uint16_t *basis;     /* FP16 (rank, D) when fmt.rank > 0, else NULL */
+    /* STORE_INTN (zero for the other types): */
+    size_t code_bytes;   /* bytes of codes: ceil(T * W * bits / 8) (row_bytes is 0 unless W * bits % 8 == 0) */
+    uint8_t *params;     /* n_groups scales, then (asym) n_groups mins, each FP16 or FP32 (fmt.scale_type) */
+    size_t n_groups;
+    size_t param_bytes;
 } StoreTensor;
 
 /* Name of a type ("f16", "int4", "q8_0", ...); NULL for an invalid type. */
 const char *store_type_name(StoreType t);
-/* Bits of one stored code (32, 16, 8, 4, 2; q8_0 8, q4_0 4), block and group scales not included. */
+/* Bits of one stored code (32, 16, 8, 4, 2; q8_0 8, q4_0 4, q4_1 4, q5_* 5, iq4_nl 4; intN 0: see fmt.bits),
+ * block and group scales not included. */
 int store_type_bits(StoreType t);
 int store_type_is_int(StoreType t);   /* int8 / int4 / int2: has FP16 group scales */
 
@@ -162,5 +237,20 @@ float store_e5m2_to_f32(uint8_t c);
 /* ggml reference block quantizers on one row of n floats (n % 32 == 0), exactly as published. */
 void store_quantize_row_q8_0(StoreBlockQ8_0 *y, const float *x, size_t n);
 void store_quantize_row_q4_0(StoreBlockQ4_0 *y, const float *x, size_t n);
+void store_quantize_row_q4_1(StoreBlockQ4_1 *y, const float *x, size_t n);
+void store_quantize_row_q5_0(StoreBlockQ5_0 *y, const float *x, size_t n);
+void store_quantize_row_q5_1(StoreBlockQ5_1 *y, const float *x, size_t n);
+void store_quantize_row_iq4_nl(StoreBlockIQ4_NL *y, const float *x, size_t n);
+
+/* STORE_INTN: the format of f for a b-bit grouped integer tensor (type STORE_INTN, rank 0). */
+StoreFormat store_intn_format(int bits, int asym, StoreAxis axis, size_t group, StoreScaleType scale_type);
+/* STORE_INTN, the lesson's simplification (see intN above): quantizes x (T, W) into st with the codes computed
+ * against the unrounded group parameters, written to exact[2 * g] (scale) and exact[2 * g + 1] (min; 0 when
+ * symmetric), g < st->n_groups; the stored parameters are their rounded values. */
+void store_quantize_intn_unrounded_f64(StoreTensor *st, const double *x, double *exact);
+/* x (T, W) = the codes of st read with the parameters `exact` of store_quantize_intn_unrounded_f64. */
+void store_dequantize_intn_unrounded_f64(double *x, const StoreTensor *st, const double *exact);
+/* A name for a type valid in any StoreFormat ("q4_1", "intN", ...), or NULL; for the tests' helpers. */
+int store_type_from_name(StoreType *t, const char *name);
 
 #endif

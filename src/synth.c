@@ -435,6 +435,63 @@ int synth_data(Data *d, const Config *cfg)
         d->K = Ka;
         rope_free(&d->rope);
     }
+    if (data_check(d)) {
+        data_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first value of x[0..n) that is not finite: 0 and its index, or -1 if all are finite. */
+static int first_not_finite(const double *x, size_t n, size_t *at)
+{
+    for (size_t i = 0; x && i < n; i++)
+        if (!isfinite(x[i])) {
+            *at = i;
+            return 0;
+        }
+    return -1;
+}
+
+/* max over rows of the norm of each D-long row of x[0..rows) */
+static double max_row_norm(const double *x, size_t rows, size_t D)
+{
+    double m = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        double v = la_norm(x + r * D, D);
+        if (v > m) m = v;
+    }
+    return m;
+}
+
+int data_check(const Data *d)
+{
+    size_t m = d->T * d->D, G = d->H ? d->Hq / d->H : 1, at;
+    const struct { const char *name; const double *x; size_t n; } t[] = {
+        {"keys", d->K, d->L * d->H * m}, {"values", d->V, d->L * d->H * m},
+        {"evaluation queries", d->Q, d->L * d->Hq * d->N * d->D},
+        {"observation queries", d->O, d->L * d->Hq * d->W * d->D},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (first_not_finite(t[i].x, t[i].n, &at) == 0)
+            return kvc_fail("data: the %s overflow a double; lower the scale or weight that made them so large "
+                            "(got %g at flat index %zu)", t[i].name, t[i].x[at], at);
+    /* |q . k| <= |q| |k| (RoPE rotates keys, norms unchanged): refuse what could overflow a score */
+    for (size_t b = 0; b < d->L * d->H; b++) {
+        double kmax = max_row_norm(d->K + b * m, d->T, d->D), qmax = 0.0;
+        size_t l = b / d->H, h = b % d->H;
+        for (size_t g = 0; g < G; g++) {
+            size_t hq = l * d->Hq + h * G + g;
+            double a = d->Q ? max_row_norm(d->Q + hq * d->N * d->D, d->N, d->D) : 0.0;
+            double o = d->O ? max_row_norm(d->O + hq * d->W * d->D, d->W, d->D) : 0.0;
+            if (a > qmax) qmax = a;
+            if (o > qmax) qmax = o;
+        }
+        if (kmax > 0 && qmax > DATA_MAX_SCORE / kmax)
+            return kvc_fail("data: attention scores q.k could overflow a double in layer %zu, KV head %zu: the "
+                            "largest |q| x |k| exceeds %g; lower data.keys.scale, the outlier scales or the "
+                            "query weight (got |q| = %g, |k| = %g)", l, h, DATA_MAX_SCORE, qmax, kmax);
+    }
     return 0;
 }
 

@@ -33,4 +33,11 @@ typedef struct Data {
 int synth_data(Data *d, const Config *cfg);
 void data_free(Data *d);   /* safe on a zeroed Data */
 
+/* The numerical limits of the quality path (README "Numerical edge cases"): every value of K, V, Q and O
+ * finite, and for each (layer, KV head) max |q| x max |k| <= DATA_MAX_SCORE over its keys and the queries
+ * that read them, so that no attention score can overflow. synth_data calls it; data loaded from files must
+ * be checked the same way. Returns 0, or -1 with kvc_fail("data: ... (got ...)") set. */
+#define DATA_MAX_SCORE 1e300
+int data_check(const Data *d);
+
 #endif

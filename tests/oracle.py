@@ -7,7 +7,9 @@ header of COLUMNS (per-head: layer,head after method). Empty cell where a metric
 are printed with repr().
 
 Importable: run_config(cfg, per_head=False) -> list of dicts (None where a metric does not apply);
-make_data(cfg) -> Data.
+make_data(cfg) -> Data; data_from_arrays(K, V, Q, O, rope, outlier_channels) -> Data from loaded arrays and
+run_arrays(K, V, Q, experiments, ...) -> rows on them. A config with data.source "files" is loaded with
+np.load and a small .safetensors reader (README "Data from files").
 
 Written from the public spec in README.md ("Config reference", "Draw order", "Output columns") only; it
 shares no code with kvc. Shapes: L layers, H KV heads, Hq query heads, G = Hq // H (query head hq reads KV
@@ -17,20 +19,28 @@ import csv
 import itertools
 import json
 import math
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle_quant  # noqa: E402  (quantize, kivi, cast, ggml: tests/oracle_quant.py)
 
 COLUMNS = ["label", "method", "attn_error", "k_error", "v_error",
            "k_error_ordinary", "k_zeroed_ordinary", "bytes", "baseline_bytes", "ratio",
            "attn_error_p50", "attn_error_p95", "attn_error_max", "attn_kl", "retained_mass", "topk_recall"]
 PER_HEAD_COLUMNS = COLUMNS[:2] + ["layer", "head"] + COLUMNS[2:]
 
-METHODS = ("quantize", "sink_window", "topk_attention", "lowrank")
+METHODS = ("quantize", "sink_window", "topk_attention", "lowrank", "window", "h2o", "snapkv", "tova", "knorm",
+           "random", "share_heads", "pipeline")
 
 
 class ConfigError(ValueError):
     pass
+
+
+oracle_quant.ConfigError = ConfigError
 
 
 def _is_int(x):
@@ -170,8 +180,109 @@ def _median_abs(x):
     return float(np.median(np.abs(x)))
 
 
-def make_data(cfg):
+# ---------------------------------------------------------------- data from arrays or files
+
+def _as4(a, what, vector_ok):
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 1 and vector_ok:
+        a = a[None, :]
+    if not 2 <= a.ndim <= 4 or 0 in a.shape:
+        raise ConfigError("%s: shape %s not accepted" % (what, a.shape))
+    return a.reshape((1,) * (4 - a.ndim) + a.shape)
+
+
+def data_from_arrays(K, V=None, Q=None, O=None, rope=None, outlier_channels=None):
+    """Data from arrays, by README "Data from files": K, V (T, D), (H, T, D) or (L, H, T, D); Q and O (D,),
+    (N, D), (Hq, N, D) or (L, Hq, N, D), missing leading dimensions being 1; O holds the queries of positions
+    T - W .. T - 1. rope: a data.rope block (the keys are pre-RoPE) or None; outlier_channels: a list of
+    channels or a list of one list per layer, or None."""
+    K = _as4(K, "keys", False)
+    L, H, T, D = K.shape
+    d = Data()
+    d.K = K
+    d.V = None if V is None else _as4(V, "values", False)
+    if d.V is not None and d.V.shape != K.shape:
+        raise ConfigError("values shape %s != keys %s" % (d.V.shape, K.shape))
+    d.Q = None if Q is None else _as4(Q, "queries", True)
+    d.O = None if O is None else _as4(O, "observe", True)
+    Hq = H
+    for name, x in (("queries", d.Q), ("observe", d.O)):
+        if x is None:
+            continue
+        if x.shape[0] != L or x.shape[3] != D or x.shape[1] % H:
+            raise ConfigError("%s shape %s does not fit keys %s" % (name, x.shape, K.shape))
+        Hq = x.shape[1]
+    if d.Q is not None and d.O is not None and d.Q.shape[1] != d.O.shape[1]:
+        raise ConfigError("queries and observe have different q_heads")
+    if d.Q is not None and d.V is None:
+        raise ConfigError("queries need values")
+    d.L, d.H, d.Hq, d.T, d.D = L, H, Hq, T, D
+    d.N = 0 if d.Q is None else d.Q.shape[2]
+    d.W = 0 if d.O is None else d.O.shape[2]
+    if d.W > T:
+        raise ConfigError("more observation queries than tokens")
+    d.obs_pos = np.arange(T - d.W, T)
+    d.rope = None
+    if rope is not None:
+        d.rope = Rope(rope, T, D)
+        if d.rope.cache != "pre":
+            raise ConfigError("a rope block with files must say \"cache\": \"pre\"")
+    d.outlier_mask = None
+    if outlier_channels:
+        mask = np.zeros((L, D), dtype=bool)
+        per_layer = isinstance(outlier_channels[0], list)
+        if per_layer and len(outlier_channels) != L:
+            raise ConfigError("outlier_channels: one list per layer")
+        for l in range(L):
+            chans = outlier_channels[l] if per_layer else outlier_channels
+            if len(set(chans)) != len(chans) or not all(_is_int(c) and 0 <= c < D for c in chans):
+                raise ConfigError("outlier_channels: bad channel list")
+            mask[l, chans] = True
+        if mask.any():
+            d.outlier_mask = mask
+    return d
+
+
+_ST_DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
+
+
+def read_safetensors(path, name=None):
+    """One tensor of a .safetensors file (8-byte little-endian header length, JSON header, data) as float64."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    if name is None:
+        if len(header) != 1:
+            raise ConfigError("%s holds %d tensors; give a name" % (path, len(header)))
+        name = next(iter(header))
+    e = header[name]
+    begin, end = e["data_offsets"]
+    buf = raw[8 + n + begin:8 + n + end]
+    if e["dtype"] == "BF16":
+        x = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        x = np.frombuffer(buf, dtype=_ST_DTYPES[e["dtype"]])
+    return x.astype(np.float64).reshape(e["shape"])
+
+
+def _load_file(cfg_dir, spec):
+    path, name = (spec, None) if isinstance(spec, str) else (spec["path"], spec.get("name"))
+    if not path.startswith("/"):
+        path = cfg_dir + "/" + path if cfg_dir else path
+    if path.endswith(".npy"):
+        return np.load(path).astype(np.float64)
+    return read_safetensors(path, name)
+
+
+def make_data(cfg, cfg_dir=""):
     data = cfg["data"]
+    if data.get("source", "synthetic") == "files":
+        f = data["files"]
+        arrays = {k: _load_file(cfg_dir, f[k]) if k in f else None for k in ("keys", "values", "queries", "observe")}
+        return data_from_arrays(arrays["keys"], arrays["values"], arrays["queries"], arrays["observe"],
+                                data.get("rope"), data.get("outlier_channels"))
     T, D = data["tokens"], data["head_dim"]
     L, H = data.get("layers", 1), data.get("kv_heads", 1)
     Hq = data.get("q_heads", H)
@@ -371,7 +482,7 @@ def log_softmax(s):
 
 def _fmt_value(v):
     if isinstance(v, float):
-        return repr(v)
+        return _num_text(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
@@ -382,6 +493,8 @@ def expand(exp):
     if not isinstance(exp, dict) or "method" not in exp:
         raise ConfigError("experiment needs a method")
     method = exp["method"]
+    if method == "pipeline":
+        return _expand_pipeline(exp)
     keys = [k for k in exp if k not in ("label", "method")]
     choices = []
     for k in keys:
@@ -436,25 +549,13 @@ def _rel(a, b):
     return float(num / den)
 
 
-def _compress(method, p, K, V, wsum):
+def _compress(method, p, K, V, wsum, seed=0):
     """One (layer, KV head): returns (K' or None, V' or None, kept indices or None, bytes)."""
     T, D = K.shape
     has_v = V is not None
     n_tensors = 2 if has_v else 1
-    if method == "quantize":
-        bits = _int_param(p, "bits", 8)
-        if not 2 <= bits <= 8:
-            raise ConfigError("bits must be 2..8")
-        axis = p.get("axis", "token")
-        if axis not in ("token", "channel"):
-            raise ConfigError("axis must be token or channel")
-        to = _apply_to(p, "kv", has_v)
-        qbytes = -(-(T * D * bits) // 8) + 2 * (T if axis == "token" else D)
-        Kp = quantize(K, bits, axis) if "k" in to else None
-        Vp = quantize(V, bits, axis) if has_v and "v" in to else None
-        nbytes = (qbytes if Kp is not None else 2 * T * D) + \
-            ((qbytes if Vp is not None else 2 * T * D) if has_v else 0)
-        return Kp, Vp, None, nbytes
+    if method in oracle_quant.METHODS:   # the quantizers (seed: rotate "hadamard"; a "tensor" scale is the head's)
+        return oracle_quant.compress(method, p, K, V, seed)
     if method == "lowrank":
         rank = _int_param(p, "rank")
         if not 1 <= rank <= min(T, D):
@@ -482,6 +583,422 @@ def _compress(method, p, K, V, wsum):
         kept = np.sort(np.argsort(-wsum, kind="stable")[:budget])
         return None, None, kept, 2 * len(kept) * D * n_tensors + 4 * len(kept)
     raise ConfigError("unknown method %r" % (method,))
+
+
+# ---------------------------------------------------------------- eviction, sharing, low rank, pipelines
+# README "Methods" (window, h2o, snapkv, tova, knorm, random, share_heads, lowrank energy/joint) and "Composition"
+# (pipeline). Everything below works on one layer at a time: _compress_layer returns, per KV head of the layer,
+# (K' or None, V' or None, kept positions or None, bytes), or None for the per-head methods of _compress.
+
+EVICTORS = ("sink_window", "window", "topk_attention", "h2o", "snapkv", "tova", "knorm", "random")
+RANDOM_TAG = 0x72616E64          # "rand": the random method's own stream
+
+
+def _num_text(v):
+    """A parameter value as kvc writes it: shortest of %.15g/%.16g/%.17g for numbers, true/false, strings."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        for prec in (15, 16, 17):
+            s = "%.*g" % (prec, v)
+            if float(s) == v:
+                return s
+        return s
+    return str(v)
+
+
+def _expand_pipeline(exp):
+    """Grid of a pipeline: every list of every step, steps in order, keys in order, the last fastest."""
+    steps = exp.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise ConfigError("pipeline needs a non-empty list of steps")
+    axes = []
+    for s, st in enumerate(steps):
+        if not isinstance(st, dict) or "method" not in st:
+            raise ConfigError("a step needs a method")
+        for k, v in st.items():
+            if k != "method":
+                axes.append((s, k, v if isinstance(v, list) else [v]))
+    out = []
+    for combo in itertools.product(*[a[2] for a in axes]):
+        ps = [{"method": st["method"]} for st in steps]
+        for (s, k, _), v in zip(axes, combo):
+            ps[s][k] = v
+        if "label" in exp:
+            label = exp["label"]
+            for s, k, _ in axes:
+                label = label.replace("{steps.%d.%s}" % (s, k), _num_text(ps[s][k]))
+            for s, k, _ in axes:
+                if sum(k in q for q in ps) == 1:
+                    label = label.replace("{%s}" % k, _num_text(ps[s][k]))
+        else:
+            label = " | ".join(q["method"] + "".join(" %s=%s" % (k, _num_text(v)) for k, v in q.items()
+                                                     if k != "method") for q in ps)
+        out.append((label, "pipeline", {"steps": ps}))
+    return out
+
+
+def _budget(p, T):
+    b = _int_param(p, "budget", 0)
+    r = float(p.get("keep_ratio", 0))
+    if (b > 0) == (r > 0):
+        raise ConfigError("give budget or keep_ratio")
+    n = b if b > 0 else max(1, math.floor(r * T))
+    return min(n, T)
+
+
+def _top(score, k, forced=None):
+    """Ascending rows: the forced ones plus the k best others (larger score, ties to the earlier row)."""
+    n = len(score)
+    idx = np.arange(n)
+    cand = idx if forced is None else idx[~forced]
+    chosen = cand[np.argsort(-score[cand], kind="stable")][:k]
+    return np.sort(chosen if forced is None else np.concatenate([idx[forced], chosen]))
+
+
+class _Head:
+    """One (stored) head as an eviction step sees it: rows K, V (n, D), attention-space keys Ka, positions pos,
+    oracle weights w (or None), observation queries O (G', W, D) at obs_pos, and its (layer, head)."""
+
+
+def _obs_weights(hd, g, j):
+    n, D = hd.Ka.shape
+    c = int(np.searchsorted(hd.pos, hd.obs_pos[j], side="right"))
+    w = np.zeros(n)
+    if c:
+        s = (hd.Ka[:c] @ hd.O[g, j]) / np.sqrt(D)
+        e = np.exp(s - s.max())
+        w[:c] = e / e.sum()
+    return w
+
+
+def _evict(method, p, hd, seed):
+    """Kept rows (indices into hd's rows) and extra (index) bytes of one eviction step."""
+    n = hd.K.shape[0]
+    if method == "sink_window":
+        s, w = _int_param(p, "sinks", 4), _int_param(p, "window")
+        return np.r_[np.arange(0, s), np.arange(n - w, n)].astype(np.intp), 0
+    if method == "window":
+        b = _budget(p, n)
+        return np.arange(n - b, n), 0
+    if method == "topk_attention":
+        return _top(hd.w, _int_param(p, "budget")), None
+    if method == "knorm":
+        score = np.array([-np.linalg.norm(hd.Ka[t]) for t in range(n)])
+        return _top(score, _budget(p, n)), None
+    if method == "random":
+        rng = np.random.default_rng([seed, RANDOM_TAG, _int_param(p, "draw", 0), hd.layer, hd.head])
+        return _top(-rng.random(n), _budget(p, n)), None
+    if hd.O is None or hd.O.shape[1] == 0:
+        raise ConfigError("%s needs observation queries" % method)
+    G, W = hd.O.shape[0], hd.O.shape[1]
+    b = _budget(p, n)
+    if method == "h2o":
+        acc = np.zeros(n)
+        for g in range(G):
+            for j in range(W):
+                acc = acc + _obs_weights(hd, g, j)
+        recent = math.floor(float(p.get("recent_ratio", 0.5)) * b)
+        forced = np.zeros(n, dtype=bool)
+        forced[n - recent:] = True
+        return _top(acc, b - recent, forced), None
+    if method == "tova":
+        acc = np.zeros(n)
+        for g in range(G):
+            acc = acc + _obs_weights(hd, g, W - 1)
+        return _top(acc, b), None
+    if method == "snapkv":
+        ws = _int_param(p, "window_size", 0) or W
+        k = _int_param(p, "kernel_size", 5)
+        pool = p.get("pooling", "max")
+        h = k // 2
+        first = W - ws
+        P = int(np.searchsorted(hd.pos, hd.obs_pos[first], side="left"))
+        score = np.zeros(n)
+        for g in range(G):
+            v = np.zeros(n)
+            for j in range(first, W):
+                v[:P] = v[:P] + _obs_weights(hd, g, j)[:P]
+            pooled = np.zeros(n)
+            for t in range(P):
+                lo, hi = max(0, t - h), min(P - 1, t + h)
+                if pool == "max":
+                    pooled[t] = v[lo:hi + 1].max()
+                else:
+                    x = 0.0
+                    for u in range(lo, hi + 1):
+                        x += float(v[u])
+                    pooled[t] = x / k
+            score = score + pooled
+        forced = np.zeros(n, dtype=bool)
+        forced[P:] = True
+        return _top(score, max(b - (n - P), 0), forced), None
+    raise ConfigError("unknown eviction method %r" % method)
+
+
+def _energy_rank(S, p):
+    r = _int_param(p, "rank", 0)
+    if r > 0:
+        return min(r, len(S))
+    c = np.cumsum(S * S)
+    e = float(p.get("energy", 0))
+    hit = np.nonzero(c >= e * c[-1])[0]
+    return int(hit[0]) + 1 if len(hit) else len(S)
+
+
+def _lowrank_factor(xs, p):
+    """Truncated SVD of the rows of xs (a list of (n_k, W)) stacked: per block its coefficients and the rank-r
+    reconstruction, and the basis (r, W)."""
+    A = np.concatenate(xs)
+    U, S, Vt = np.linalg.svd(A, full_matrices=False)
+    r = _energy_rank(S, p)
+    coef_all = U[:, :r] * S[:r]
+    basis = Vt[:r]
+    coefs, recs, o = [], [], 0
+    for x in xs:
+        c = coef_all[o:o + len(x)]
+        coefs.append(c)
+        recs.append(c @ basis)
+        o += len(x)
+    return coefs, recs, basis, r
+
+
+def _split(total, n, i):
+    return total // n + (1 if i < total % n else 0)
+
+
+def _pool(xs):
+    acc = xs[0].copy()
+    for x in xs[1:]:
+        acc = acc + x
+    return acc / len(xs)
+
+
+def _lowrank_layer(p, Ks, Vs):
+    """lowrank (rank or energy, per head or joint) over one layer's heads: list of (K', V', None, bytes) and the
+    factored forms per head: (Kcoef, Kbasis) / (Vcoef, Vbasis) or None, and whether the basis is shared."""
+    H = len(Ks)
+    has_v = Vs[0] is not None
+    to = _apply_to(p, "k", has_v)
+    joint = bool(p.get("joint", False))
+    res = [[None, None, None, 0] for _ in range(H)]
+    fac = [[None, None] for _ in range(H)]
+    for x, (name, X) in enumerate((("k", Ks), ("v", Vs))):
+        if X[0] is None:
+            continue
+        if name not in to:
+            for h in range(H):
+                res[h][3] += 2 * X[h].size
+            continue
+        groups = [list(range(H))] if joint else [[h] for h in range(H)]
+        for grp in groups:
+            coefs, recs, basis, r = _lowrank_factor([X[h] for h in grp], p)
+            D = basis.shape[1]
+            for i, h in enumerate(grp):
+                res[h][x] = recs[i]
+                res[h][3] += 2 * len(X[h]) * r + _split(2 * r * D, len(grp), i)
+                fac[h][x] = (coefs[i], basis)
+    return res, fac, joint
+
+
+def _share_layer(p, Ks, Vs):
+    H, g = len(Ks), _int_param(p, "group")
+    if H % g:
+        raise ConfigError("group must divide kv_heads")
+    res = []
+    for h0 in range(0, H, g):
+        K = _pool(Ks[h0:h0 + g])
+        V = None if Vs[0] is None else _pool(Vs[h0:h0 + g])
+        stored = 2 * K.size * (2 if V is not None else 1)
+        for i in range(g):
+            res.append([K.copy(), None if V is None else V.copy(), None, _split(stored, g, i)])
+    return res
+
+
+class _Tensor:
+    def __init__(self, S):
+        self.S, self.B, self.rows_bytes, self.shared, self.touched = S, None, 2 * S.size, False, False
+
+
+def _take(X, rows, fac, b, shared):
+    """Tensor X takes a step's result: a factored form fac = (coef, basis), or rows with rows-bytes b."""
+    if fac is not None:
+        coef, basis = fac
+        X.B = basis if X.B is None else basis @ X.B
+        X.S = coef
+        X.rows_bytes = 2 * coef.size
+        X.shared = shared
+    else:
+        X.S = rows
+        X.rows_bytes = b
+    X.touched = True
+
+
+def _rewrite(method, p, st, has_v, last, seed):
+    """One step that rewrites values, on every stored head of a layer (README "Composition")."""
+    if method == "lowrank":
+        res, fac, joint = _lowrank_layer(p, [s.X[0].S for s in st], [s.X[1].S if has_v else None for s in st])
+        for s, r, f in zip(st, res, fac):
+            for x in range(1 + has_v):
+                if r[x] is not None:
+                    _take(s.X[x], None, f[x], 0, joint)
+        return
+    Ks = [s.X[0].S for s in st]                     # the layer before this step (cast's per-layer scale)
+    Vs = [s.X[1].S for s in st] if has_v else None
+    for i, s in enumerate(st):
+        K, V = Ks[i], Vs[i] if has_v else None
+
+        def run(k_role, v_role, lk, lv, q=p):
+            return _step(method, q, k_role, v_role, seed, lk, lv, i)
+
+        if V is None or K.shape[1] == V.shape[1]:
+            Kp, Vp, kept, nb = run(K, V, Ks, Vs)
+            if kept is not None:
+                raise ConfigError("%s evicts; it must come before the rewriting steps" % method)
+            if Kp is not None and Vp is not None:
+                bk = _alone(run, p, K, Ks)[3] if not last else nb
+                _take(s.X[0], Kp, None, bk, False)
+                _take(s.X[1], Vp, None, nb - bk, False)
+            elif Kp is not None:
+                _take(s.X[0], Kp, None, nb - (2 * V.size if V is not None else 0), False)
+            elif Vp is not None:
+                _take(s.X[1], Vp, None, nb - 2 * K.size, False)
+        else:
+            Kp, _, _, nb = _alone(run, p, K, Ks)
+            if Kp is not None:
+                _take(s.X[0], Kp, None, nb, False)
+            _, Vp, _, nb2 = run(V, V, Vs, Vs)
+            nb3 = _alone(run, p, V, Vs)[3]
+            if Vp is not None:
+                _take(s.X[1], Vp, None, nb2 - nb3, False)
+
+
+class _Stored:
+    pass
+
+
+def _step(method, p, K, V, seed, lk, lv, head):
+    """A rewriting step on one stored head (K, V) of a layer whose stored heads are lk, lv."""
+    if method in oracle_quant.METHODS:
+        return oracle_quant.compress(method, p, K, V, seed, lk, lv, head)
+    return _compress(method, p, K, V, None, seed)
+
+
+def _alone(run, p, X, lx):
+    """A rewriting step on X in the K role with no V beside it (to tell a step's K bytes from its V bytes, or to
+    run a tensor of another width): the cache has values, so apply_to "kv" means "k" here and "v" leaves X."""
+    try:
+        return run(X, None, lx, None)
+    except ConfigError:
+        if p.get("apply_to") == "v":
+            return None, None, None, 2 * X.size
+        return run(X, None, lx, None, dict(p, apply_to="k"))
+
+
+def _pipeline_layer(steps, d, l, Ka, wsum, seed):
+    H, G, T, D = d.H, d.Hq // d.H, d.T, d.D
+    has_v = d.V is not None
+    g, k0 = 1, 0
+    if steps[0]["method"] == "share_heads":
+        g, k0 = _int_param(steps[0], "group"), 1
+        if H % g:
+            raise ConfigError("group must divide kv_heads")
+    st = []
+    for s in range(H // g):
+        grp = list(range(s * g, s * g + g))
+        x = _Stored()
+        x.h0, x.nh, x.n = s * g, g, T
+        x.pos = np.arange(T)
+        x.evicted, x.idx = False, 0
+        x.X = [_Tensor(_pool([d.K[l, h] for h in grp]))]
+        if has_v:
+            x.X.append(_Tensor(_pool([d.V[l, h] for h in grp])))
+        for X in x.X:
+            X.touched = g > 1
+        x.Ka = _pool([Ka[l, h] for h in grp])
+        x.w = None
+        if wsum is not None:   # the group's sum (not the mean)
+            acc = wsum[l, grp[0]].copy()
+            for h in grp[1:]:
+                acc = acc + wsum[l, h]
+            x.w = acc
+        x.O = None if d.O is None else d.O[l, s * g * G:(s + 1) * g * G]
+        st.append(x)
+    for k in range(k0, len(steps)):
+        p = steps[k]
+        method = p["method"]
+        if method == "share_heads":
+            raise ConfigError("share_heads must be the first step")
+        if method in EVICTORS:
+            for s, x in enumerate(st):
+                hd = _Head()
+                hd.K, hd.V, hd.Ka, hd.pos, hd.w = x.X[0].S, x.X[1].S if has_v else None, x.Ka, x.pos, x.w
+                hd.O, hd.obs_pos, hd.layer, hd.head = x.O, getattr(d, "obs_pos", None), l, s
+                kept, extra = _evict(method, p, hd, seed)
+                n = len(kept)
+                if extra is None:
+                    extra = 4 * n
+                x.idx = extra if not x.evicted else (0 if x.idx == 0 and extra == 0 else 4 * n)
+                x.evicted = True
+                x.pos = x.pos[kept]
+                for X in x.X:
+                    X.S = X.S[kept]
+                    X.rows_bytes = 2 * X.S.size
+                x.Ka = x.Ka[kept]
+                if x.w is not None:
+                    x.w = x.w[kept]
+                x.n = n
+        else:
+            _rewrite(method, p, st, has_v, k + 1 == len(steps), seed)
+    layer_bytes = [2 * X.B.shape[0] * D for X in st[0].X if X.B is not None and X.shared]   # per tensor
+    out = []
+    for h in range(H):
+        x = st[h // g]
+        b = x.idx + sum(X.rows_bytes + (2 * X.B.shape[0] * D if X.B is not None and not X.shared else 0)
+                        for X in x.X)
+        nb = _split(b, x.nh, h - x.h0) + sum(_split(lb, H, h) for lb in layer_bytes)
+        rec = []
+        for xi, X in enumerate(x.X):
+            if not X.touched:
+                rec.append(None)
+                continue
+            full = (d.K if xi == 0 else d.V)[l, h].copy()
+            full[x.pos] = X.S if X.B is None else X.S @ X.B
+            rec.append(full)
+        out.append((rec[0], rec[1] if has_v else None, x.pos.copy() if x.evicted else None, nb))
+    return out
+
+
+def _compress_layer(method, p, d, l, Ka, wsum, seed):
+    """Per-head results of the methods of this section on layer l, or None (then _compress runs per head)."""
+    H = d.H
+    if method in oracle_quant.METHODS:   # with the layer: cast's per-layer ("tensor") scale
+        Vl = None if d.V is None else d.V[l]
+        return [oracle_quant.compress(method, p, d.K[l, h], None if Vl is None else Vl[h], seed, d.K[l], Vl, h)
+                for h in range(H)]
+    if method == "pipeline":
+        return _pipeline_layer(p["steps"], d, l, Ka, wsum, seed)
+    if method == "share_heads":
+        Vs = [None] * H if d.V is None else [d.V[l, h] for h in range(H)]
+        return [tuple(r) for r in _share_layer(p, [d.K[l, h] for h in range(H)], Vs)]
+    if method == "lowrank" and (float(p.get("energy", 0)) > 0 or bool(p.get("joint", False))):
+        Vs = [None] * H if d.V is None else [d.V[l, h] for h in range(H)]
+        res, _, _ = _lowrank_layer(p, [d.K[l, h] for h in range(H)], Vs)
+        return [tuple(r) for r in res]
+    if method in EVICTORS and method not in ("sink_window", "topk_attention"):
+        G = d.Hq // H
+        out = []
+        for h in range(H):
+            hd = _Head()
+            hd.K, hd.V, hd.Ka, hd.pos = d.K[l, h], None if d.V is None else d.V[l, h], Ka[l, h], np.arange(d.T)
+            hd.w = None if wsum is None else wsum[l, h]
+            hd.O = None if d.O is None else d.O[l, h * G:(h + 1) * G]
+            hd.obs_pos, hd.layer, hd.head = getattr(d, "obs_pos", None), l, h
+            kept, extra = _evict(method, p, hd, seed)
+            nt = 2 if d.V is not None else 1
+            out.append((None, None, kept, 2 * len(kept) * d.D * nt + (4 * len(kept) if extra is None else extra)))
+        return out
+    return None
 
 
 def _recall_k(cfg, T):
@@ -524,8 +1041,18 @@ def _row(label, method, per_query, has_evict, nq_total, d, idx_heads, Kp_all, Vp
     return row
 
 
-def run_config(cfg, per_head=False):
-    d = make_data(cfg)
+def run_arrays(K, V=None, Q=None, experiments=(), O=None, rope=None, outlier_channels=None, metrics=None,
+               per_head=False):
+    """run_config on loaded arrays (see data_from_arrays) with these experiments (and metrics block)."""
+    cfg = {"experiments": list(experiments)}
+    if metrics is not None:
+        cfg["metrics"] = metrics
+    return run_config(cfg, per_head, data_from_arrays(K, V, Q, O, rope, outlier_channels))
+
+
+def run_config(cfg, per_head=False, data=None, cfg_dir=""):
+    """Rows of every experiment of cfg, on data (a Data, e.g. from data_from_arrays) or else on make_data(cfg)."""
+    d = make_data(cfg, cfg_dir) if data is None else data
     L, H, Hq, T, D, N = d.L, d.H, d.Hq, d.T, d.D, d.N
     G = Hq // H
     has_v = d.V is not None
@@ -556,9 +1083,13 @@ def run_config(cfg, per_head=False):
             ret = np.ones((L, Hq, N))
             rec = np.ones((L, Hq, N))
             for l in range(L):
+                layer = _compress_layer(method, p, d, l, Ka, wsum, _seed(cfg))
                 for h in range(H):
                     K, V = d.K[l, h], None if d.V is None else d.V[l, h]
-                    Kp, Vp, kept, nb = _compress(method, p, K, V, None if wsum is None else wsum[l, h])
+                    if layer is not None:
+                        Kp, Vp, kept, nb = layer[h]
+                    else:
+                        Kp, Vp, kept, nb = _compress(method, p, K, V, None if wsum is None else wsum[l, h])
                     nbytes[l, h] = nb
                     if Kp is not None:
                         if Kp_all is None:
@@ -631,7 +1162,7 @@ def main(argv):
     with open(args[0]) as fh:
         cfg = json.load(fh)
     try:
-        rows = run_config(cfg, per_head)
+        rows = run_config(cfg, per_head, cfg_dir=os.path.dirname(args[0]))
     except (ConfigError, KeyError, TypeError) as e:
         sys.stderr.write("oracle: %s: %s\n" % (args[0], e))
         return 1

@@ -5,10 +5,9 @@ Every case is one wrong input (a config, a --set, a command line, a tensor file)
 exit status 2 (or the case's "exit"), nothing on stdout, exactly one line on stderr of the form
 "kvc: <where>: <what> (got <value>)" with the case's <where>, a <what> matching its regex and, when given,
 exactly its <value>; and no output file left behind. The case format is described in
-tests/bad-input/README.md. Cases that need a feature kvc does not have yet ("needs": "out", "shard",
-"files") are not run and not counted; a note on stderr says how many wait for what. Tensor-file cases are
-also run, today, straight through the readers (tensor_read, via build/tests/test_fuzz_regress --read),
-as "reader-<name>".
+tests/bad-input/README.md. Cases that need a feature kvc does not have ("needs": "out", "shard", "merge",
+"files") are not run through kvc; a note on stderr says how many wait for what. Tensor-file cases also run
+straight through the reader (tensor_read, via build/tests/test_fuzz_regress --read) as "reader-<name>".
 
 The "--out variant": when `kvc run --help` mentions --out, every `run` case is run a second time with
 "--out DIR/out.csv" appended ("<name>+out"): same status and message, and DIR must still be empty.
@@ -17,6 +16,7 @@ Run from the project root: /usr/bin/python3 tests/test_bad_input.py   (KVC=path 
 KVC_TESTBIN the directory of test_fuzz_regress). Prints "PASS <name>" / "FAIL <name>: <why>" per check;
 exits 1 if any check failed. Writes only inside a mktemp directory, removed at the end.
 """
+import concurrent.futures
 import copy
 import json
 import os
@@ -40,7 +40,7 @@ TMP = tempfile.mkdtemp(prefix="kvc-bad-input-")
 # data.source "files" is not wired into kvc run yet: when it is, this is the one place to adjust.
 FILES_CONFIG = {
     "seed": 0,
-    "data": {"source": "files", "keys": {"path": "{K}"}, "values": {"path": "{V}"}, "query": {"path": "{Q}"}},
+    "data": {"source": "files", "files": {"keys": "{K}", "values": "{V}", "queries": "{Q}"}},
     "experiments": [{"method": "quantize", "bits": 4}],
 }
 GOOD_FILES = {"K": "npy:good-k", "V": "npy:good-v", "Q": "npy:good-q"}
@@ -79,6 +79,8 @@ def run(args, timeout=30):
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "", "timed out after %d s" % timeout
+    except OSError as e:           # e.g. the binary is being rebuilt
+        return -1, "", "cannot run %s: %s" % (args[0], e)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
@@ -194,6 +196,8 @@ def prepare(c, d):
     text = config_text(c)
     if text is None and c.get("needs") == "files":
         cfg = json.loads(expand(json.dumps(FILES_CONFIG), {k: v for k, v in subst.items()}))
+        if "tensor" in c:          # the tensor name the reader check asks for, given in the config too
+            cfg["data"]["files"]["keys"] = {"path": subst["K"], "name": c["tensor"]}
         for path, value in c.get("set", {}).items():
             set_path(cfg, path, value)
         text = (json.dumps(cfg) + "\n").encode()
@@ -265,7 +269,7 @@ def run_case(c, args_extra=(), suffix=""):
         with open(p, "rb") as fh:
             if fh.read() != b"old row\n":
                 why = "%s was modified by a rejected run" % p
-    report(c["name"] + suffix, why)
+    return c["name"] + suffix, why
 
 
 def run_reader(c):
@@ -276,7 +280,7 @@ def run_reader(c):
     args = [READER, "--read", subst[key]] + ([c["tensor"]] if "tensor" in c else [])
     rc, out, err = run(args)
     why = check_stderr(c, rc, out, err, subst, 2)
-    report("reader-" + c["name"], why)
+    return "reader-" + c["name"], why
 
 
 # ---------------------------------------------------------------- features kvc may not have yet
@@ -312,21 +316,25 @@ def main():
     have_reader = os.access(READER, os.X_OK)
     pending = {}
     ran = via_reader = 0
+    jobs = []                      # (function, args), run in parallel, reported in this order
     for c in cases:
         need = c.get("needs")
         if need == "files" and have_reader and not c.get("kvc_only"):
-            run_reader(c)
+            jobs.append((run_reader, (c,)))
             via_reader += 1
-        if c.get("reader_only"):   # needs a tensor name in the config, which FILES_CONFIG does not give
+        if c.get("reader_only"):
             continue
         if need and need not in feats:
             pending[need] = pending.get(need, 0) + 1
             continue
-        run_case(c)
+        jobs.append((run_case, (c,)))
         ran += 1
         args = c.get("args", ["run", "{cfg}"])
         if "out" in feats and args and args[0] == "run" and not c.get("no_out_variant"):
-            run_case(c, ["--out", "{outdir}/out.csv"], "+out")
+            jobs.append((run_case, (c, ["--out", "{outdir}/out.csv"], "+out")))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        for name, why in pool.map(lambda job: job[0](*job[1]), jobs):
+            report(name, why)
     note = ", ".join("%d need %s" % (n, k) for k, n in sorted(pending.items()))
     sys.stderr.write("test_bad_input: %d cases: %d through kvc, %d through the tensor reader%s\n"
                      % (len(cases), ran, via_reader, "; waiting for kvc features: " + note if note else ""))

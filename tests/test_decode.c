@@ -5,7 +5,9 @@
  * a D that is not a multiple of 8 or 16; G = 1, 3, 4, 9 query heads per KV head; all-zero tokens and
  * channels), each implementation's output is compared with attention in double over the dequantized
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
- * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score.
+ * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
+ * without a fused kernel (q4_1, q5_0, q5_1, iq4_nl, intN) go through the generic dequantized-tile path.
+ * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */
 #include "attention.h"
@@ -40,13 +42,35 @@ typedef struct Case {
     double *ref_max; /* (L, Hq) max score */
 } Case;
 
+/* A format by name: store_format_parse's names, the method library's types by their type name
+ * ("q4_1", "q5_0", "q5_1", "iq4_nl"), or "int3g16" = intN, 3 bits, asymmetric, groups of 16 along the row. */
+static int parse_any(StoreFormat *f, const char *name)
+{
+    if (store_format_parse(f, name, "test") == 0) return 0;
+    memset(f, 0, sizeof *f);
+    if (strcmp(name, "int3g16") == 0) {
+        f->type = STORE_INTN, f->bits = 3, f->asym = 1, f->group = 16;
+        return 0;
+    }
+    for (int t = 0; t < STORE_NTYPES; t++)
+        if (store_type_name((StoreType)t) && strcmp(store_type_name((StoreType)t), name) == 0) {
+            f->type = (StoreType)t;
+            return 0;
+        }
+    return -1;
+}
+
 /* K, V: N(0, 1) with token 1 and channel 2 all zero (when they exist); low rank: random factors. */
 static void case_init(Case *c, const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T,
                       size_t D, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
     c->L = L, c->Hkv = Hkv, c->G = G, c->T = T, c->D = D;
-    if (store_format_parse(&c->kf, kname, "k") || store_format_parse(&c->vf, vname, "v")) abort();
+    if (parse_any(&c->kf, kname) || parse_any(&c->vf, vname) || store_check(c->kf, T, D, kname) ||
+        store_check(c->vf, T, D, vname)) {
+        printf("FAIL decode-format-%s/%s: %s\n", kname, vname, kvc_errmsg());
+        exit(1);
+    }
     size_t n = L * Hkv, Hq = Hkv * G;
     rng r;
     rng_seed_u64(&r, seed);
@@ -140,6 +164,7 @@ static double rel_err(const float *a, const double *b, size_t n)
 }
 
 static const char *const impl_name[] = {"fused", "ref", "naive"};
+static double worst_err[3];
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
 static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
@@ -154,6 +179,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         o[impl] = run(&c, (DecodeImpl)impl, 1, DECODE_FULL);
         if (!o[impl]) continue;
         double e = rel_err(o[impl], c.ref, n);
+        if (e > worst_err[impl]) worst_err[impl] = e;
         snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double", impl_name[impl], kname, vname, T, D, G);
         snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
         check(e < DECODE_TOL, name, why);
@@ -216,6 +242,13 @@ int main(void)
     run_case("f16", "lr8", 1, 1, 2, 50, 64, 0);
     run_case("lr5", "lr3:int4", 1, 1, 1, 20, 40, 0);
     run_case("q4_0", "e4m3", 2, 2, 1, 4097, 64, 1);
+    /* rows wider than the GQA tile scratch (head by head), and narrow rows (interleaved) */
+    run_case("f16", "int4", 1, 1, 4, 70, 544, 0);
+    run_case("lr16:int4", "lr32:q8_0", 1, 2, 2, 130, 64, 0);
+    /* formats without a fused kernel (the method library's): the generic dequantized-tile path */
+    run_case("q4_1", "q5_0", 1, 2, 2, 2100, 64, 1);
+    run_case("iq4_nl", "q5_1", 1, 1, 3, 77, 128, 0);
+    run_case("int3g16", "f16", 1, 1, 1, 40, 64, 0);
     /* bad input */
     Case c;
     case_init(&c, "f16", "f16", 1, 2, 1, 4, 64, 1);
@@ -223,7 +256,11 @@ int main(void)
     check(decoder_create(&dc, 3, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "multiple of the 2 KV heads"),
           "decode-rejects-hq-not-multiple", kvc_errmsg());
     check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());
+    double ns = -1;
+    check(decode_time_ns(&ns, &dc, 2, c.q, 2, 3) == 0 && ns > 0, "decode-time-ns", "no positive time");
+    check(decode_time_ns(&ns, &dc, 3, c.q, 1, 3) == -1, "decode-time-ns-rejects-bad-heads", "accepted Hq = 3");
     case_free(&c);
-    printf("# fused kernels: %s\n", decode_isa());
+    printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
+           decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
     return failures ? 1 : 0;
 }

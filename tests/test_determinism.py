@@ -5,7 +5,7 @@ For each config (the lesson, the practice, and a small multi-head config with Ro
 and --per-head rows), kvc's output must be the same bytes
   - across repeated runs,
   - with OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) = 1 and = 2 (kvc pins OpenBLAS to one thread; this checks
-    that the environment cannot change a result),
+    that the environment cannot change a result), and with --threads 1 and 2 once kvc run has that option,
   - with stdout a pipe, stdout a regular file, and (when kvc has --out) rows written by --out,
   - in another working directory and under another locale (LC_ALL=C.UTF-8).
 Timing columns are not part of the contract: columns named decode_ns or decode_speedup (CSV) and keys of those
@@ -109,12 +109,12 @@ def first_difference(a, b):
     return "lengths %d vs %d" % (len(a), len(b))
 
 
-def has_out_option():
+def run_help():
     rc, out, _ = run(["run", "--help"])
-    return rc == 0 and b"--out" in out
+    return out.decode("utf-8", "replace") if rc == 0 else ""
 
 
-def check_config(name, cfg, fmt, extra, out_option):
+def check_config(name, cfg, fmt, extra, out_option, threads_option=False):
     args = ["run", cfg, "--format", fmt] + extra
     rc, ref, err = run(args)
     if rc != 0 or not ref:
@@ -130,8 +130,12 @@ def check_config(name, cfg, fmt, extra, out_option):
         ("locale-C.UTF-8", {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, None, None),
         ("other-cwd", {}, None, TMP),
     ]
-    for vname, env, path, cwd in variants:
-        a = list(args)
+    if threads_option:             # kvc run --threads N (when it has it): 1 and 2 threads give the same bytes
+        variants += [("threads-1", {}, None, None, ["--threads", "1"]),
+                     ("threads-2", {}, None, None, ["--threads", "2"])]
+    for variant in variants:
+        vname, env, path, cwd = variant[:4]
+        a = list(args) + (variant[4] if len(variant) > 4 else [])
         if cwd:
             a = [x if not x.endswith(".json") or os.path.isabs(x) else os.path.join(ROOT, x) for x in a]
         rc, out, err = run(a, env, path, cwd)
@@ -159,11 +163,12 @@ def main():
     multi = os.path.join(TMP, "multi.json")
     with open(multi, "w") as fh:
         json.dump(MULTI, fh)
-    out_option = has_out_option()
-    check_config("lesson", "configs/lesson.json", "csv", [], out_option)
-    check_config("practice", "configs/practice.json", "jsonl", [], out_option)
-    check_config("multi", multi, "csv", [], out_option)
-    check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option)
+    help_text = run_help()
+    out_option, threads = "--out" in help_text, "--threads" in help_text
+    check_config("lesson", "configs/lesson.json", "csv", [], out_option, threads)
+    check_config("practice", "configs/practice.json", "jsonl", [], out_option, threads)
+    check_config("multi", multi, "csv", [], out_option, threads)
+    check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option, threads)
     check_config("lesson-table", "configs/lesson.json", "table", [], False)
     return 1 if failed else 0
 

@@ -76,12 +76,34 @@ def data_text(cfg) -> str:
     return f"kvc-experiment v1\nseed={seed}\nconfig={canon(rest)}\n"
 
 
+def value_text(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return num(v)
+    return str(v)
+
+
+def params_text(params, prefix) -> str:
+    """Every listed parameter as "name=value" lines; a pipeline's steps as "steps.S.method=..." and
+    "steps.S.name=value" lines after the method line (README "Row ids")."""
+    out = []
+    for k, v in params.items():
+        if k == "steps":
+            for s, step in enumerate(v):
+                out.append(f"steps.{s}.method={step['method']}\n")
+                out.append(params_text({a: b for a, b in step.items() if a != "method"}, f"steps.{s}."))
+        else:
+            out.append(f"{prefix}{k}={value_text(v)}\n")
+    return "".join(out)
+
+
 def expected_ids(cfg, rows):
     base = data_text(cfg)
     seen = {}
     out = []
     for r in rows:
-        text = base + f"method={r['method']}\n" + "".join(f"{k}={v}\n" for k, v in r["params"].items())
+        text = base + f"method={r['method']}\n" + params_text(r["params"], "")
         n = seen.get(text, 0)
         seen[text] = n + 1
         if n:
@@ -137,6 +159,22 @@ check("expid-mixed", {
         {"method": "topk_attention", "budget": 5},
         {"method": "sink_window", "sinks": 0, "window": 40},
         {"method": "quantize", "bits": 2, "axis": "channel"},
+    ]})
+check("expid-methods", {
+    "seed": 5,
+    "data": {"tokens": 48, "head_dim": 8, "layers": 1, "kv_heads": 4, "q_heads": 8,
+             "keys": {"generator": "normal"}, "values": {"generator": "normal"},
+             "query": {"generator": "look_back", "count": 2}, "observe": {"window": 8}},
+    "experiments": [
+        {"method": "lowrank", "energy": [0.5, 0.9], "joint": [False, True]},
+        {"method": "lowrank", "rank": 2, "energy": 0, "joint": False},
+        {"method": "snapkv", "keep_ratio": 0.25, "pooling": "avg"},
+        {"method": "random", "budget": 8},
+        {"method": "pipeline", "steps": [{"method": "share_heads", "group": 2},
+                                         {"method": "h2o", "budget": [8, 16]},
+                                         {"method": "quantize", "bits": 4}]},
+        {"method": "pipeline", "label": "lr{rank} int{bits}",
+         "steps": [{"method": "lowrank", "rank": 4}, {"method": "quantize", "bits": [4, 8], "axis": "channel"}]},
     ]})
 check("expid-keys-only", {"data": {"tokens": 9, "head_dim": 2, "keys": {"generator": "normal"}},
                           "experiments": [{"method": "quantize", "apply_to": "k"}]})

@@ -15,6 +15,8 @@ check lesson-csv results/lesson.csv "$KVC" run configs/lesson.json --format csv
 check practice-txt results/practice.txt "$KVC" run configs/practice.json
 check practice-csv results/practice.csv "$KVC" run configs/practice.json --format csv
 check realistic-txt results/realistic.txt "$KVC" run configs/realistic.json
+check methods-txt results/methods.txt "$KVC" run configs/methods.json
+check legal-assistant-txt results/legal_assistant.txt "$KVC" run configs/legal_assistant.json
 check size results/size.txt scripts/make-results.sh --print-size
 check pareto-csv results/pareto.csv "$KVC" run configs/sweep-pareto.json --format csv
 exit $fail

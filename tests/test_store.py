@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-HELPER = os.environ.get("STORE_HELPER", "build/tests/test_store")
+HELPER = os.environ.get("STORE_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_store"))
 failures = 0
 
 

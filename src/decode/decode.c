@@ -23,6 +23,8 @@ struct Decoder {
     float *qp;                  /* (L*Hq, WK) prepared queries */
     float *slots;               /* (L*Hq, nb, 2 + WV): m_b, l_b, acc_b */
     float **S, **acc;           /* per thread: (G, DECODE_BLOCK) scores, (G, WV) accumulators */
+    float **tile;               /* per thread: rows of a format without a kernel, dequantized (generic path) */
+    size_t tile_rows;
     double **num;               /* per thread: (2 * max(WV, D)) merge scratch */
     /* naive path */
     float *Kf, *Vf;
@@ -67,7 +69,11 @@ static KRows rows_of(const StoreTensor *st)
     return r;
 }
 
-static int same_format(StoreFormat a, StoreFormat b) { return a.type == b.type && a.axis == b.axis && a.rank == b.rank; }
+static int same_format(StoreFormat a, StoreFormat b)
+{
+    return a.type == b.type && a.axis == b.axis && a.rank == b.rank && a.bits == b.bits && a.asym == b.asym &&
+           a.group == b.group && a.scale_type == b.scale_type;
+}
 
 static float **per_thread(int n, size_t count)
 {
@@ -163,6 +169,12 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     d->qp = xmalloc(n_q * d->WK * sizeof *d->qp);
     d->slots = xmalloc(n_q * d->nb * (2 + d->WV) * sizeof *d->slots);
     d->S = per_thread(threads, d->G * DECODE_BLOCK);
+    size_t wmaxkv = d->WK > d->WV ? d->WK : d->WV;
+    d->tile_rows = ((size_t)1 << 16) / wmaxkv;
+    if (d->tile_rows < 1) d->tile_rows = 1;
+    if (d->tile_rows > 256) d->tile_rows = 256;
+    if (!d->ks->scores[d->K[0].fmt.type] || !d->ks->vacc[d->V[0].fmt.type])
+        d->tile = per_thread(threads, d->tile_rows * wmaxkv);
     d->acc = per_thread(threads, d->G * d->WV);
     size_t wmax = (d->WV > c->D ? d->WV : c->D) + d->WK;
     d->num = xcalloc((size_t)threads, sizeof *d->num);
@@ -183,6 +195,7 @@ void decoder_free(Decoder *d)
     free_per_thread((void **)d->acc, n);
     free_per_thread((void **)d->num, n);
     free_per_thread((void **)d->lr, n);
+    free_per_thread((void **)d->tile, n);
     free(d->Kf);
     free(d->Vf);
     free(d->Kn);
@@ -239,7 +252,7 @@ static void prepare_query(Decoder *d, size_t l, size_t qh, double *x, double *y)
     }
     if (store_type_is_int(K->fmt.type) && K->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < W; j++) y[j] *= store_f16_to_f32(K->scales[j]);
-    double f = d->ks->raw_scale[K->fmt.type];
+    double f = d->ks->raw_scale[K->fmt.type] != 0 ? d->ks->raw_scale[K->fmt.type] : 1.0;
     if (f != 1.0)
         for (size_t j = 0; j < W; j++) y[j] *= f;
     float *o = d->qp + (l * d->Hq + qh) * W;
@@ -255,7 +268,16 @@ static void block_item(void *arg, size_t item, int tid)
     KRows kr = rows_of(&d->K[lh]), vr = rows_of(&d->V[lh]);
     float *S = d->S[tid], *acc = d->acc[tid];
     size_t q0 = l * d->Hq + kvh * G;
-    d->ks->scores[kr.type](S, DECODE_BLOCK, d->qp + q0 * d->WK, G, &kr, t0, n);
+    if (d->ks->scores[kr.type]) {
+        d->ks->scores[kr.type](S, DECODE_BLOCK, d->qp + q0 * d->WK, G, &kr, t0, n);
+    } else {   /* a format without a kernel: small dequantized tiles through the f32 kernel */
+        for (size_t i = 0; i < n; i += d->tile_rows) {
+            size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
+            store_dequantize_rows_f32(d->tile[tid], &d->K[lh], t0 + i, nr);
+            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * d->WK, NULL, d->WK};
+            d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, d->qp + q0 * d->WK, G, &tr, 0, nr);
+        }
+    }
     float m[256], lsum[256];
     for (size_t g0 = 0; g0 < G; g0 += 256) {
         size_t gn = G - g0 < 256 ? G - g0 : 256;
@@ -270,7 +292,16 @@ static void block_item(void *arg, size_t item, int tid)
     }
     if (d->mode != DECODE_FULL) return;
     memset(acc, 0, G * WV * sizeof *acc);
-    d->ks->vacc[vr.type](acc, S, DECODE_BLOCK, G, &vr, t0, n);
+    if (d->ks->vacc[vr.type]) {
+        d->ks->vacc[vr.type](acc, S, DECODE_BLOCK, G, &vr, t0, n);
+    } else {
+        for (size_t i = 0; i < n; i += d->tile_rows) {
+            size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
+            store_dequantize_rows_f32(d->tile[tid], &d->V[lh], t0 + i, nr);
+            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * WV, NULL, WV};
+            d->ks->vacc[STORE_F32](acc, S + i, DECODE_BLOCK, G, &tr, 0, nr);
+        }
+    }
     for (size_t g = 0; g < G; g++)
         memcpy(d->slots + ((q0 + g) * nb + b) * (2 + WV) + 2, acc + g * WV, WV * sizeof *acc);
 }
@@ -303,7 +334,7 @@ static void merge_item(void *arg, size_t item, int tid)
     for (size_t p = 0; p < WV; p++) y[d->permV[p]] = num[p] / den;
     if (store_type_is_int(V->fmt.type) && V->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < WV; j++) y[j] *= store_f16_to_f32(V->scales[j]);
-    double f = d->ks->raw_scale[V->fmt.type];
+    double f = d->ks->raw_scale[V->fmt.type] != 0 ? d->ks->raw_scale[V->fmt.type] : 1.0;
     if (f != 1.0)
         for (size_t j = 0; j < WV; j++) y[j] *= f;
     if (!V->fmt.rank) {
@@ -328,6 +359,33 @@ void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode)
     for (size_t i = 0; i < n_q; i++) prepare_query(d, i / d->Hq, i % d->Hq, x, y);
     pool_run(d->pool, block_item, d, n_kv * d->nb);
     pool_run(d->pool, merge_item, d, n_q);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int decode_time_ns(double *ns, const DecodeCache *c, size_t Hq, const float *q, int threads, int repeat)
+{
+    if (repeat < 1) return kvc_fail("decode: repeat must be at least 1 (got %d)", repeat);
+    Decoder *d = decoder_create(c, Hq, threads, DECODE_FUSED);
+    if (!d) return -1;
+    float *out = xmalloc(c->L * Hq * c->D * sizeof *out);
+    double *t = xmalloc((size_t)repeat * sizeof *t);
+    decoder_step(d, out, q, DECODE_FULL);
+    for (int r = 0; r < repeat; r++) {
+        double t0 = decode_now();
+        decoder_step(d, out, q, DECODE_FULL);
+        t[r] = decode_now() - t0;
+    }
+    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
+    *ns = 1e9 * (repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]));
+    free(t);
+    free(out);
+    decoder_free(d);
+    return 0;
 }
 
 /* ---- bandwidth probe --------------------------------------------------------------------------------------- */

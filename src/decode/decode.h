@@ -12,6 +12,9 @@
  *   - Low-rank keys (rank R): q' = B q once per step (in double, rounded to float), then s_t = c_t . q'
  *     over the R stored coefficients. Low-rank values: the R-dim weighted sum times B at the end.
  *   - An evicted cache is a cache with fewer tokens: pass the compacted kept rows.
+ *   - Fused kernels exist for f32, f16, bf16, e4m3, e5m2, int8/int4/int2 and q8_0/q4_0. Any other stored
+ *     format (q4_1, q5_0, q5_1, iq4_nl, the method library's intN) is decoded through small tiles of up to
+ *     256 rows dequantized with store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
  * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens); each item computes the
  * block's scores, its max m_b, p = exp(s - m_b), l_b = sum p and acc_b = sum p v in float32, written to its
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
@@ -62,6 +65,13 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
 /* q is (L, Hq, D), out is (L, Hq, D), both row-major float. */
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
 void decoder_free(Decoder *d);   /* NULL-safe */
+
+/* The median wall time in nanoseconds of `repeat` fused decode steps (after one untimed warm-up) over cache c
+ * with Hq query heads on `threads` threads; q is (L, Hq, D). Returns 0, or -1 with kvc_fail set (bad cache).
+ * This is the hook for `kvc run`'s decode_ns / decode_speedup columns: a method that stores its K/V as
+ * StoreTensors (one per layer and KV head; an eviction method passes its kept rows, T = kept) is timed with
+ * this function, and decode_speedup = (the same call on f16 tensors of the exact K/V) / decode_ns. */
+int decode_time_ns(double *ns, const DecodeCache *c, size_t Hq, const float *q, int threads, int repeat);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx2" or "scalar". */
 const char *decode_isa(void);

@@ -40,8 +40,10 @@ typedef struct KernelSet {
     const char *name;                     /* "ref" or "avx2" */
     ScoresFn scores[STORE_NTYPES];
     VaccFn vacc[STORE_NTYPES];
-    /* true value = raw_scale[type] * what the kernels read (AVX2 reads E4M3 as FP16: 1/256 of its value);
-     * the caller folds it into the prepared query and the output */
+    /* NULL for a type without a kernel: decode.c then dequantizes small tiles with store_dequantize_rows_f32
+     * and runs the f32 kernels (so every stored format decodes; only these are fused) */
+    /* true value = raw_scale[type] * what the kernels read, 0 meaning 1 (AVX2 reads E4M3 as FP16: 1/256 of its
+     * value); the caller folds it into the prepared query and the output */
     float raw_scale[STORE_NTYPES];
     /* perm[p] = the natural column read at kernel position p, p < W */
     void (*col_order)(size_t *perm, StoreType t, size_t W);
@@ -75,7 +77,7 @@ static inline float decode_elem(StoreType t, const uint8_t *row, size_t j)
         int n = i < 16 ? b->qs[i] & 0xF : b->qs[i - 16] >> 4;
         return (float)(n - 8) * store_f16_to_f32(b->d);
     }
-    case STORE_NTYPES: break;
+    default: break;   /* q4_1 ... intN have no kernel: decode.c reads them through store_dequantize_rows_f32 */
     }
     return 0.0f;
 }

@@ -143,56 +143,73 @@ enum { PF_AHEAD = 2048 };   /* software prefetch distance in bytes: rows are rea
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
+#pragma GCC unroll 4
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
-/* K units u..u+K of one row into the A accumulators per head: elementwise formats send vector v of the
- * group to accumulator v % A; block formats form each block's partial sum, scaled by its FP16 scale into
- * accumulator (unit % A). */
-INLINE void dot_units(const StoreType T, const int GC, const int A, const int K, __m256 *a, const float *qp, size_t W,
-                      const uint8_t *row, size_t u)
+/* K units u..u+K of R rows (R <= 2, rows rb bytes apart) into A accumulators per (row, head),
+ * a[(r*GC + g)*A + k]: elementwise formats send vector v of the group to accumulator v % A; block formats
+ * form each block's partial sum, scaled by its FP16 scale into accumulator (unit % A). Each query vector
+ * is loaded once for the R rows. */
+INLINE void dot_units(const StoreType T, const int GC, const int R, const int A, const int K, __m256 *a,
+                      const float *qp, size_t W, const uint8_t *row, size_t rb, size_t u)
 {
     const size_t UNIT = unit_of(T), UB = ub_of(T);
     const int NV = nv_of(T);
     UNROLL for (int k = 0; k < K; k++) {
         const float *qu = qp + (u + (size_t)k) * UNIT;
-        __m256 x[4], d = _mm256_setzero_ps();
-        cvt_unit(T, row + (u + (size_t)k) * UB, x, &d);
+        __m256 x[2][4], d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        UNROLL for (int r = 0; r < R; r++) cvt_unit(T, row + (size_t)r * rb + (u + (size_t)k) * UB, x[r], &d[r]);
         UNROLL for (int g = 0; g < GC; g++) {
             if (is_block(T)) {
-                __m256 part = _mm256_mul_ps(_mm256_loadu_ps(qu + (size_t)g * W), x[0]);
-                UNROLL for (int c = 1; c < NV; c++)
-                    part = _mm256_fmadd_ps(_mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c), x[c], part);
-                a[g * A + k % A] = _mm256_fmadd_ps(d, part, a[g * A + k % A]);
+                __m256 part[2];
+                __m256 q0 = _mm256_loadu_ps(qu + (size_t)g * W);
+                UNROLL for (int r = 0; r < R; r++) part[r] = _mm256_mul_ps(q0, x[r][0]);
+                UNROLL for (int c = 1; c < NV; c++) {
+                    __m256 qc = _mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c);
+                    UNROLL for (int r = 0; r < R; r++) part[r] = _mm256_fmadd_ps(qc, x[r][c], part[r]);
+                }
+                UNROLL for (int r = 0; r < R; r++) {
+                    const int ai = (r * GC + g) * A + k % A;
+                    a[ai] = _mm256_fmadd_ps(d[r], part[r], a[ai]);
+                }
             } else {
                 UNROLL for (int c = 0; c < NV; c++) {
-                    const int ai = g * A + (k * NV + c) % A;
-                    a[ai] = _mm256_fmadd_ps(_mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c), x[c], a[ai]);
+                    __m256 qc = _mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c);
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const int ai = (r * GC + g) * A + (k * NV + c) % A;
+                        a[ai] = _mm256_fmadd_ps(qc, x[r][c], a[ai]);
+                    }
                 }
             }
         }
     }
 }
 
-/* The GC dot products of one row as vectors of 8 partial sums, out[g]: 8 / GC independent accumulators
- * per head (one FMA chain each), so a single row keeps the FMA units busy without reading several rows'
- * streams at once. */
-INLINE void row_dots(const StoreType T, const int GC, __m256 *out, const float *qp, size_t W, const uint8_t *row,
-                     size_t nu)
+/* The GC dot products of R rows (R <= 2) as vectors of 8 partial sums, out[r*GC + g], with 8 / (R*GC)
+ * independent accumulators per (row, head), so the FMA units stay busy while memory is read in address
+ * order (at most two rows' streams at once). Units that do not fill a round go into a second, small set. */
+INLINE void row_dots(const StoreType T, const int GC, const int R, __m256 *out, const float *qp, size_t W,
+                     const uint8_t *row, size_t rb, size_t nu)
 {
-    const int A = 8 / GC, NV = nv_of(T);
+    const int A = 8 / (GC * R) > 1 ? 8 / (GC * R) : 1, NV = nv_of(T);
     const int UP = is_block(T) ? A : (A / NV > 1 ? A / NV : 1);   /* units per full round over the accumulators */
     __m256 a[8];
-    UNROLL for (int k = 0; k < GC * A; k++) a[k] = _mm256_setzero_ps();
+    UNROLL for (int k = 0; k < R * GC * A; k++) a[k] = _mm256_setzero_ps();
     size_t u = 0;
-    for (; u + (size_t)UP <= nu; u += (size_t)UP) dot_units(T, GC, A, UP, a, qp, W, row, u);
-    if (UP >= 4)
-        for (; u + (size_t)(UP / 2) <= nu; u += (size_t)(UP / 2)) dot_units(T, GC, A, UP / 2, a, qp, W, row, u);
-    for (; u < nu; u++) dot_units(T, GC, A, 1, a, qp, W, row, u);
-    UNROLL for (int g = 0; g < GC; g++) {
-        UNROLL for (int w = A / 2; w >= 1; w /= 2)
-            UNROLL for (int k = 0; k < w; k++) a[g * A + k] = _mm256_add_ps(a[g * A + k], a[g * A + k + w]);
-        out[g] = a[g * A];
+    for (; u + (size_t)UP <= nu; u += (size_t)UP) dot_units(T, GC, R, A, UP, a, qp, W, row, rb, u);
+    UNROLL for (int m = 0; m < R * GC; m++) {   /* pairwise, constant indices (keeps a[] in registers) */
+        __m256 *am = a + m * A;
+        if (A >= 8) UNROLL for (int k = 0; k < 4; k++) am[k] = _mm256_add_ps(am[k], am[k + 4]);
+        if (A >= 4) UNROLL for (int k = 0; k < 2; k++) am[k] = _mm256_add_ps(am[k], am[k + 2]);
+        if (A >= 2) am[0] = _mm256_add_ps(am[0], am[1]);
+        out[m] = am[0];
+    }
+    if (u < nu) {
+        __m256 b[8];
+        UNROLL for (int m = 0; m < R * GC; m++) b[m] = _mm256_setzero_ps();
+        for (; u < nu; u++) dot_units(T, GC, R, 1, 1, b, qp, W, row, rb, u);
+        UNROLL for (int m = 0; m < R * GC; m++) out[m] = _mm256_add_ps(out[m], b[m]);
     }
 }
 
@@ -204,9 +221,24 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
     const size_t W = k->W, UNIT = unit_of(T), nu = W / UNIT, rb = k->row_bytes, j0 = nu * UNIT;
     const uint8_t *base = k->codes + t * rb;
     prefetch_range(base + PF_AHEAD, R * rb);
-    __m256 rs[8];
-    for (size_t r = 0; r < R; r++) row_dots(T, GC, rs + r * (size_t)GC, qp, W, base + r * rb, nu);
+    __m256 rs[16];
+    if (GC >= 2) {   /* row pairs: each query vector serves two rows; an odd last row is paired with itself */
+        for (size_t r0 = 0; r0 < R; r0 += 2)
+            row_dots(T, GC, 2, rs + r0 * (size_t)GC, qp, W, base + r0 * rb, r0 + 1 < R ? rb : 0, nu);
+    } else {
+        for (size_t r0 = 0; r0 < R; r0++) row_dots(T, GC, 1, rs + r0 * (size_t)GC, qp, W, base + r0 * rb, rb, nu);
+    }
     for (size_t m = R * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_ps();
+    if (GC == 1 && R == 8 && j0 == W) {   /* the common case: 8 consecutive scores, one store */
+        __m256 t0 = _mm256_hadd_ps(rs[0], rs[1]), t1 = _mm256_hadd_ps(rs[2], rs[3]);
+        __m256 t2 = _mm256_hadd_ps(rs[4], rs[5]), t3 = _mm256_hadd_ps(rs[6], rs[7]);
+        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+        __m256 v = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        if (k->rscale)
+            v = _mm256_mul_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(k->rscale + t))));
+        _mm256_storeu_ps(s + i, v);
+        return;
+    }
     float out[8];
     reduce(8, rs, out);
     for (size_t r = 0; r < R; r++) {
@@ -220,23 +252,61 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
     }
 }
 
+/* Narrow rows (fewer vectors per row than accumulators per head, e.g. a rank-32 low-rank key): 8 / GC
+ * consecutive rows interleaved, one accumulator per (row, head); the rows share a few cache lines. */
+INLINE void scores_tile_narrow(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
+                               size_t t, size_t i)
+{
+    const int R = 8 / GC, NV = nv_of(T);
+    const size_t W = k->W, UNIT = unit_of(T), UB = ub_of(T), nu = W / UNIT, rb = k->row_bytes, j0 = nu * UNIT;
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, (size_t)R * rb);
+    __m256 acc[8];
+    UNROLL for (int m = 0; m < 8; m++) acc[m] = _mm256_setzero_ps();
+    for (size_t u = 0; u < nu; u++) {
+        const float *qu = qp + u * UNIT;
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 x[4], d = _mm256_setzero_ps();
+            cvt_unit(T, base + (size_t)r * rb + u * UB, x, &d);
+            UNROLL for (int g = 0; g < GC; g++) {
+                __m256 part = _mm256_mul_ps(_mm256_loadu_ps(qu + (size_t)g * W), x[0]);
+                UNROLL for (int c = 1; c < NV; c++)
+                    part = _mm256_fmadd_ps(_mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c), x[c], part);
+                acc[r * GC + g] = is_block(T) ? _mm256_fmadd_ps(d, part, acc[r * GC + g])
+                                              : _mm256_add_ps(part, acc[r * GC + g]);
+            }
+        }
+    }
+    float out[8];
+    reduce(8, acc, out);
+    for (size_t r = 0; r < (size_t)R; r++) {
+        const uint8_t *row = base + r * rb;
+        float rsc = k->rscale ? _cvtsh_ss(k->rscale[t + r]) : 1.0f;
+        UNROLL for (int g = 0; g < GC; g++) {
+            float v = out[r * (size_t)GC + (size_t)g];
+            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
+            s[(size_t)g * ls + i + r] = v * rsc;
+        }
+    }
+}
+
 INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
                       size_t t0, size_t n)
 {
-    const size_t R = (size_t)(8 / GC);
-    for (size_t i = 0; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
+    const size_t R = (size_t)(8 / GC), nvec = k->W / unit_of(T) * (size_t)nv_of(T);
+    size_t i = 0;
+    if (nvec < R)   /* narrow rows */
+        for (; i + R <= n; i += R) scores_tile_narrow(T, GC, s, ls, qp, k, t0 + i, i);
+    for (; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
 }
 
 INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
                        size_t n)
 {
     const size_t W = k->W;
-    for (size_t g = 0; g < G;) {
+    for (size_t g = 0; g < G;) {   /* heads in groups of 4, 2, 1 (each unit converted once per group) */
         size_t left = G - g;
-        if (left >= 8 && !is_block(T)) {
-            scores_gc(T, 8, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 8;
-        } else if (left >= 4) {
+        if (left >= 4) {
             scores_gc(T, 4, s + g * ls, ls, qp + g * W, k, t0, n);
             g += 4;
         } else if (left >= 2) {
@@ -253,35 +323,39 @@ INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, 
 
 enum { SCR = 4096, VT_MAX = 32 };   /* GQA tile scratch: floats (16 KiB, stays in L1); tokens per tile */
 
-/* The weights of tokens t.. t+nt for GC heads, times the per-token FP16 scales: pw[g*VT_MAX + i]. */
-INLINE void tile_weights(const int GC, float *pw, const float *p, size_t lp, const KRows *v, size_t t, size_t i0,
-                         size_t nt)
+/* The weights of tokens t..t+nt for GC heads: p itself (stride lp) or, with per-token FP16 scales,
+ * p times the scales in buf (stride VT_MAX). Returns the pointer; *lw is its stride. */
+INLINE const float *tile_weights(const int GC, float *buf, size_t *lw, const float *p, size_t lp, const KRows *v,
+                                 size_t t, size_t i0, size_t nt)
 {
+    if (!v->rscale) {
+        *lw = lp;
+        return p + i0;
+    }
     for (int g = 0; g < GC; g++) {
         const float *pg = p + (size_t)g * lp + i0;
-        float *o = pw + (size_t)g * VT_MAX;
+        float *o = buf + (size_t)g * VT_MAX;
         size_t i = 0;
-        if (v->rscale) {
-            for (; i + 8 <= nt; i += 8)
-                _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(pg + i),
-                                                      _mm256_cvtph_ps(_mm_loadu_si128(
-                                                          (const __m128i *)(const void *)(v->rscale + t + i)))));
-            for (; i < nt; i++) o[i] = pg[i] * _cvtsh_ss(v->rscale[t + i]);
-        } else {
-            for (; i < nt; i++) o[i] = pg[i];
-        }
+        for (; i + 8 <= nt; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(pg + i),
+                                                  _mm256_cvtph_ps(_mm_loadu_si128(
+                                                      (const __m128i *)(const void *)(v->rscale + t + i)))));
+        for (; i < nt; i++) o[i] = pg[i] * _cvtsh_ss(v->rscale[t + i]);
     }
+    *lw = VT_MAX;
+    return buf;
 }
 
 /* Column tails (W % unit) of a tile, scalar. */
-INLINE void tail_columns(const StoreType T, const int GC, float *acc, const float *pw, const KRows *v, size_t t, size_t nt)
+INLINE void tail_columns(const StoreType T, const int GC, float *acc, const float *pw, size_t lw, const KRows *v, size_t t,
+                         size_t nt)
 {
     const size_t W = v->W, j0 = W / unit_of(T) * unit_of(T);
     if (j0 == W) return;
     for (size_t i = 0; i < nt; i++) {
         const uint8_t *row = v->codes + (t + i) * v->row_bytes;
         for (int g = 0; g < GC; g++) {
-            float w = pw[(size_t)g * VT_MAX + i];
+            float w = pw[(size_t)g * lw + i];
             for (size_t j = j0; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
         }
     }
@@ -292,15 +366,16 @@ INLINE void vacc_one(const StoreType T, float *restrict acc, const float *p, con
 {
     const size_t W = v->W, UNIT = unit_of(T), UB = ub_of(T), rb = v->row_bytes, nu = W / UNIT;
     const int NV = nv_of(T);
-    float pw[VT_MAX];
+    float buf[VT_MAX];
     for (size_t i0 = 0; i0 < n; i0 += VT_MAX) {
-        size_t nt = n - i0 < VT_MAX ? n - i0 : VT_MAX, t = t0 + i0;
-        tile_weights(1, pw, p, 0, v, t, i0, nt);
+        size_t nt = n - i0 < VT_MAX ? n - i0 : VT_MAX, t = t0 + i0, lw;
+        const float *pw = tile_weights(1, buf, &lw, p, 0, v, t, i0, nt);
         const uint8_t *row = v->codes + t * rb;
         size_t i = 0;
         for (; i + 2 <= nt; i += 2, row += 2 * rb) {
             prefetch_range(row + PF_AHEAD, 2 * rb);
             __m256 w0 = _mm256_broadcast_ss(pw + i), w1 = _mm256_broadcast_ss(pw + i + 1);
+#pragma GCC unroll 4
             for (size_t u = 0; u < nu; u++) {
                 __m256 x0[4], x1[4], d0 = _mm256_setzero_ps(), d1 = d0;
                 cvt_unit(T, row + u * UB, x0, &d0);
@@ -323,7 +398,7 @@ INLINE void vacc_one(const StoreType T, float *restrict acc, const float *p, con
                     _mm256_storeu_ps(ac + 8 * c, _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c)));
             }
         }
-        tail_columns(T, 1, acc, pw, v, t, nt);
+        tail_columns(T, 1, acc, pw, lw, v, t, nt);
     }
 }
 
@@ -345,10 +420,12 @@ INLINE void tile_convert(const StoreType T, float *scr, size_t ld, const KRows *
     }
 }
 
-/* acc[g*W + 8*(v0+c)] += sum_i pw[g*VT_MAX + i] * scr[i*ld + 8*(v0+c)], c < NA, g < GC: GC * NA register
+typedef void (*TileConvertFn)(float *scr, size_t ld, const KRows *v, size_t t, size_t nt);
+
+/* acc[g*W + 8*(v0+c)] += sum_i pw[g*lw + i] * scr[i*ld + 8*(v0+c)], c < NA, g < GC: GC * NA register
  * accumulators over the tile (format-independent). */
-INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const float *pw, const float *scr, size_t ld,
-                     size_t nt, size_t v0)
+INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const float *pw, size_t lw, const float *scr,
+                     size_t ld, size_t nt, size_t v0)
 {
     __m256 a[8];
     UNROLL for (int g = 0; g < GC; g++)
@@ -356,7 +433,7 @@ INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const flo
     for (size_t i = 0; i < nt; i++) {
         const float *x = scr + i * ld + 8 * v0;
         UNROLL for (int g = 0; g < GC; g++) {
-            __m256 w = _mm256_broadcast_ss(pw + (size_t)g * VT_MAX + i);
+            __m256 w = _mm256_broadcast_ss(pw + (size_t)g * lw + i);
             UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_fmadd_ps(w, _mm256_load_ps(x + 8 * c), a[g * NA + c]);
         }
     }
@@ -364,42 +441,48 @@ INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const flo
         UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c), a[g * NA + c]);
 }
 
-#define DEFINE_TILE_FMA(GC)                                                                                       \
-    static void tile_fma_##GC(float *acc, size_t W, const float *pw, const float *scr, size_t ld, size_t nt,   \
-                              size_t nvec)                                                                      \
-    {                                                                                                           \
-        size_t v = 0;                                                                                           \
-        for (; v + 8 / GC <= nvec; v += 8 / GC) tile_fma(GC, 8 / GC, acc, W, pw, scr, ld, nt, v);              \
-        for (; v < nvec; v++) tile_fma(GC, 1, acc, W, pw, scr, ld, nt, v);                                      \
-    }
-DEFINE_TILE_FMA(2)
-DEFINE_TILE_FMA(4)
-DEFINE_TILE_FMA(8)
-
-/* GC >= 2 heads: per tile of nt <= VT_MAX tokens, convert once into scr, then accumulate column groups. */
-INLINE void vacc_group(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
-                       size_t n)
+/* GC >= 2 heads, any format: per tile of up to VT_MAX tokens, convert once into scr (the format's
+ * converter), then accumulate column groups in registers; column tails are scalar. */
+INLINE void vacc_group(const int GC, TileConvertFn convert, StoreType T, size_t unit, float *acc, const float *p,
+                       size_t lp, const KRows *v, size_t t0, size_t n)
 {
-    const size_t W = v->W, Wp = W / unit_of(T) * unit_of(T);
+    const size_t W = v->W, Wp = W / unit * unit;
     size_t vt = SCR / (Wp ? Wp : 1);
     if (vt > VT_MAX) vt = VT_MAX;
     float scr[SCR] __attribute__((aligned(32)));
-    float pw[8 * VT_MAX];
+    float buf[8 * VT_MAX];
     for (size_t i0 = 0; i0 < n; i0 += vt) {
-        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0;
-        tile_weights(GC, pw, p, lp, v, t, i0, nt);
+        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0, lw;
+        const float *pw = tile_weights(GC, buf, &lw, p, lp, v, t, i0, nt);
         if (Wp) {
-            tile_convert(T, scr, Wp, v, t, nt);
-            if (GC == 2) tile_fma_2(acc, W, pw, scr, Wp, nt, Wp / 8);
-            else if (GC == 4) tile_fma_4(acc, W, pw, scr, Wp, nt, Wp / 8);
-            else tile_fma_8(acc, W, pw, scr, Wp, nt, Wp / 8);
+            convert(scr, Wp, v, t, nt);
+            size_t nvec = Wp / 8, c = 0;
+            for (; c + (size_t)(8 / GC) <= nvec; c += (size_t)(8 / GC)) tile_fma(GC, 8 / GC, acc, W, pw, lw, scr, Wp, nt, c);
+            for (; c < nvec; c++) tile_fma(GC, 1, acc, W, pw, lw, scr, Wp, nt, c);
         }
-        tail_columns(T, GC, acc, pw, v, t, nt);
+        if (Wp < W)
+            for (size_t i = 0; i < nt; i++) {
+                const uint8_t *row = v->codes + (t + i) * v->row_bytes;
+                for (int g = 0; g < GC; g++) {
+                    float w = pw[(size_t)g * lw + i];
+                    for (size_t j = Wp; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
+                }
+            }
     }
 }
 
-INLINE void vacc_all(const StoreType T, float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,
-                     size_t n)
+#define DEFINE_VACC_GROUP(GC)                                                                                     \
+    static void vacc_group_##GC(TileConvertFn convert, StoreType T, size_t unit, float *acc, const float *p,      \
+                                size_t lp, const KRows *v, size_t t0, size_t n)                                 \
+    {                                                                                                           \
+        vacc_group(GC, convert, T, unit, acc, p, lp, v, t0, n);                                                 \
+    }
+DEFINE_VACC_GROUP(2)
+DEFINE_VACC_GROUP(4)
+DEFINE_VACC_GROUP(8)
+
+INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const float *p, size_t lp, size_t G,
+                     const KRows *v, size_t t0, size_t n)
 {
     const size_t W = v->W;
     /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
@@ -407,18 +490,149 @@ INLINE void vacc_all(const StoreType T, float *acc, const float *p, size_t lp, s
     for (size_t g = 0; g < G;) {
         size_t left = G - g;
         if (left >= 8 && tiles) {
-            vacc_group(T, 8, acc + g * W, p + g * lp, lp, v, t0, n);
+            vacc_group_8(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 8;
         } else if (left >= 4 && tiles) {
-            vacc_group(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
+            vacc_group_4(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 4;
         } else if (left >= 2 && tiles) {
-            vacc_group(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
+            vacc_group_2(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 2;
         } else {
             vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
             g += 1;
         }
+    }
+}
+
+/* ---- int4 keys in integer arithmetic ------------------------------------------------------------------------ */
+
+/* For int4 keys with W = 64, 128 or 256 the dot products are computed exactly in integers: the
+ * prepared query of each head is rounded to integers Q_j = rint(q_j / sq), |Q_j| <= Qmax, sq = max|q| / Qmax,
+ * and Q is split into three balanced base-128 digits (Q = 2^14 d0 + 2^7 d1 + d2, each in [-64, 64]); each digit
+ * vector meets the stored nibbles n (0..15) in vpmaddubsw (u8 x s8 -> s16: each lane gains at most
+ * 2 * 15 * 64 = 1920 per 32 codes, so a row of W <= 256 stays below 2^14), vpmaddwd sums to int32, and the
+ * three are combined as 2^14 P0 + 2^7 P1 + P2.
+ * sum_j Q_j (n_j - 8) = N - 8 sum_j Q_j is exact in int32 because Qmax * 15 * W < 2^31. The only rounding is
+ * Q (relative 2^-20 of max|q| for W = 128) and the final float conversion, so the result agrees with the
+ * float path to ~1e-6. Codes are read 32 bytes (64 values) at a time: low nibbles are the even columns, high
+ * nibbles the odd ones, in the order of the bytes. */
+enum { I4_MAXW = 256 };
+
+typedef struct I4Query {
+    int8_t d[3][I4_MAXW];   /* digit k of Q at code position: chunk c of 64 columns, even columns then odd */
+    int32_t off;            /* 8 * sum_j Q_j */
+    float sq;               /* scale: q_j ~= sq * Q_j */
+} I4Query;
+
+/* qp: one head's prepared query in the float kernels' order (col_order_avx2: units of 16, even then odd). */
+static void i4_prepare(I4Query *iq, const float *qp, size_t W)
+{
+    double m = 0.0;
+    for (size_t j = 0; j < W; j++) m = fmax(m, fabs((double)qp[j]));
+    long qmax = (long)((2147483647.0 - 1.0) / (15.0 * (double)W));
+    if (qmax > 1048575) qmax = 1048575;   /* three digits in [-64, 64] */
+    double sq = m > 0 ? m / (double)qmax : 0.0;
+    long sum = 0;
+    for (size_t p = 0; p < W; p++) {
+        size_t base = p / 16 * 16, o = p % 16, e = base + (o < 8 ? 2 * o : 2 * (o - 8) + 1);   /* natural column */
+        long Q = sq > 0 ? lrint((double)qp[p] / sq) : 0;
+        if (Q > qmax) Q = qmax;
+        if (Q < -qmax) Q = -qmax;
+        sum += Q;
+        long d2 = Q - 128 * (long)floor(((double)Q + 64.0) / 128.0);
+        long r1 = (Q - d2) / 128;
+        long d1 = r1 - 128 * (long)floor(((double)r1 + 64.0) / 128.0);
+        long d0 = (r1 - d1) / 128;
+        size_t c = e / 64, w = e % 64, pos = c * 64 + (w % 2 ? 32 + w / 2 : w / 2);
+        iq->d[0][pos] = (int8_t)d0;
+        iq->d[1][pos] = (int8_t)d1;
+        iq->d[2][pos] = (int8_t)d2;
+    }
+    iq->off = (int32_t)(8 * sum);
+    iq->sq = (float)sq;
+}
+
+/* One row's int32 lane sums N (8 lanes) for GC heads: out[g]. NC chunks of 64 columns (a compile-time
+ * constant: the codes stay in registers and the 3 x 2NC multiply-adds form independent chains). */
+INLINE void i4_row(const int GC, const int NC, __m256i *out, const I4Query *iq, const uint8_t *row)
+{
+    const __m256i m = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i cv[8];
+    UNROLL for (int c = 0; c < NC; c++) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(row + 32 * c));
+        cv[2 * c] = _mm256_and_si256(b, m);
+        cv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
+    }
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m256i P[3];
+        UNROLL for (int k = 0; k < 3; k++) {
+            const int8_t *dk = iq[g].d[k];
+            __m256i t[8];
+            UNROLL for (int v = 0; v < 2 * NC; v++)
+                t[v] = _mm256_maddubs_epi16(cv[v], _mm256_loadu_si256((const __m256i *)(const void *)(dk + 32 * v)));
+            if (2 * NC >= 8) UNROLL for (int v = 0; v < 4; v++) t[v] = _mm256_add_epi16(t[v], t[v + 4]);   /* pairwise */
+            if (2 * NC >= 4) UNROLL for (int v = 0; v < 2; v++) t[v] = _mm256_add_epi16(t[v], t[v + 2]);
+            t[0] = _mm256_add_epi16(t[0], t[1]);
+            P[k] = _mm256_madd_epi16(t[0], ones);
+        }
+        out[g] = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(P[0], 14), _mm256_slli_epi32(P[1], 7)), P[2]);
+    }
+}
+
+INLINE void i4_tree(const __m256i *v, int32_t *out)
+{
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    __m256i r = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    _mm256_storeu_si256((__m256i *)(void *)out, r);
+}
+
+INLINE void i4_scores_gc(const int GC, const int NC, float *s, size_t ls, const I4Query *iq, const KRows *k, size_t t0,
+                         size_t n)
+{
+    const size_t R = (size_t)(8 / GC), rb = k->row_bytes;
+    for (size_t i = 0; i < n; i += R) {
+        size_t nr = n - i < R ? n - i : R;
+        const uint8_t *base = k->codes + (t0 + i) * rb;
+        prefetch_range(base + PF_AHEAD, nr * rb);
+        __m256i rs[8];
+        for (size_t r = 0; r < nr; r++) i4_row(GC, NC, rs + r * (size_t)GC, iq, base + r * rb);
+        for (size_t m = nr * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_si256();
+        int32_t N[8];
+        i4_tree(rs, N);
+        for (size_t r = 0; r < nr; r++) {
+            float rsc = k->rscale ? _cvtsh_ss(k->rscale[t0 + i + r]) : 1.0f;
+            for (int g = 0; g < GC; g++) {
+                int32_t v = (int32_t)((uint32_t)N[r * (size_t)GC + (size_t)g] - (uint32_t)iq[g].off);
+                s[(size_t)g * ls + i + r] = (float)v * iq[g].sq * rsc;
+            }
+        }
+    }
+}
+
+#define I4_NC(GC, NC, ...)                                                                                        \
+    ((NC) == 1 ? i4_scores_gc(GC, 1, __VA_ARGS__) : (NC) == 2 ? i4_scores_gc(GC, 2, __VA_ARGS__) : i4_scores_gc(GC, 4, __VA_ARGS__))
+
+static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n);
+
+static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
+{
+    const size_t W = k->W, nc = W / 64;
+    /* W = 64, 128 or 256, and fewer than 4 query heads per KV head (with 4 or more, vpmaddubsw's 3 digits
+     * per head cost as much as the float FMAs: measured 63 vs 62 cycles per row at G = 4, 19 vs 29 at G = 1) */
+    if (W % 64 != 0 || (nc != 1 && nc != 2 && nc != 4) || G >= 4) {
+        scores_int4_float(s, ls, qp, G, k, t0, n);
+        return;
+    }
+    I4Query iq[2];
+    for (size_t g = 0; g < G;) {
+        size_t gc = G - g >= 2 ? 2 : 1;
+        for (size_t h = 0; h < gc; h++) i4_prepare(&iq[h], qp + (g + h) * W, W);
+        if (gc == 2) I4_NC(2, nc, s + g * ls, ls, iq, k, t0, n);
+        else I4_NC(1, nc, s + g * ls, ls, iq, k, t0, n);
+        g += gc;
     }
 }
 
@@ -428,9 +642,13 @@ INLINE void vacc_all(const StoreType T, float *acc, const float *p, size_t lp, s
     {                                                                                                           \
         scores_all(TYPE, s, ls, qp, G, k, t0, n);                                                               \
     }                                                                                                           \
+    static void convert_##NAME(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)                      \
+    {                                                                                                           \
+        tile_convert(TYPE, scr, ld, v, t, nt);                                                                  \
+    }                                                                                                           \
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n) \
     {                                                                                                           \
-        vacc_all(TYPE, acc, p, lp, G, v, t0, n);                                                                \
+        vacc_all(TYPE, convert_##NAME, acc, p, lp, G, v, t0, n);                                                \
     }
 
 DEFINE_FORMAT(f32, STORE_F32)
@@ -439,7 +657,18 @@ DEFINE_FORMAT(bf16, STORE_BF16)
 DEFINE_FORMAT(e4m3, STORE_E4M3)
 DEFINE_FORMAT(e5m2, STORE_E5M2)
 DEFINE_FORMAT(int8, STORE_INT8)
-DEFINE_FORMAT(int4, STORE_INT4)
+static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
+{
+    scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
+}
+static void convert_int4(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
+{
+    tile_convert(STORE_INT4, scr, ld, v, t, nt);
+}
+static void vacc_int4(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n)
+{
+    vacc_all(STORE_INT4, convert_int4, acc, p, lp, G, v, t0, n);
+}
 DEFINE_FORMAT(int2, STORE_INT2)
 DEFINE_FORMAT(q8_0, STORE_Q8_0)
 DEFINE_FORMAT(q4_0, STORE_Q4_0)
@@ -529,11 +758,14 @@ static float read_sum_avx2(const float *x, size_t n)
 
 static const KernelSet kernels_avx2 = {
     .name = "avx2",
-    .scores = {scores_f32, scores_f16, scores_bf16, scores_e4m3, scores_e5m2, scores_int8, scores_int4, scores_int2,
-               scores_q8_0, scores_q4_0},
-    .vacc = {vacc_f32, vacc_f16, vacc_bf16, vacc_e4m3, vacc_e5m2, vacc_int8, vacc_int4, vacc_int2, vacc_q8_0,
-             vacc_q4_0},
-    .raw_scale = {1, 1, 1, 256, 1, 1, 1, 1, 1, 1},
+    .scores = {[STORE_F32] = scores_f32, [STORE_F16] = scores_f16, [STORE_BF16] = scores_bf16,
+               [STORE_E4M3] = scores_e4m3, [STORE_E5M2] = scores_e5m2, [STORE_INT8] = scores_int8,
+               [STORE_INT4] = scores_int4, [STORE_INT2] = scores_int2, [STORE_Q8_0] = scores_q8_0,
+               [STORE_Q4_0] = scores_q4_0},
+    .vacc = {[STORE_F32] = vacc_f32, [STORE_F16] = vacc_f16, [STORE_BF16] = vacc_bf16, [STORE_E4M3] = vacc_e4m3,
+             [STORE_E5M2] = vacc_e5m2, [STORE_INT8] = vacc_int8, [STORE_INT4] = vacc_int4, [STORE_INT2] = vacc_int2,
+             [STORE_Q8_0] = vacc_q8_0, [STORE_Q4_0] = vacc_q4_0},
+    .raw_scale = {[STORE_E4M3] = 256},
     .col_order = col_order_avx2,
     .max = max_avx2,
     .exp_sum = exp_sum_avx2,

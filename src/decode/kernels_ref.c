@@ -103,10 +103,13 @@ static float read_sum_ref(const float *x, size_t n)
 
 const KernelSet decode_kernels_ref = {
     .name = "scalar",
-    .scores = {scores_ref, scores_ref, scores_ref, scores_ref, scores_ref, scores_ref, scores_ref, scores_ref,
-               scores_ref, scores_ref},
-    .vacc = {vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref, vacc_ref},
-    .raw_scale = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    .scores = {[STORE_F32] = scores_ref, [STORE_F16] = scores_ref, [STORE_BF16] = scores_ref, [STORE_E4M3] = scores_ref,
+               [STORE_E5M2] = scores_ref, [STORE_INT8] = scores_ref, [STORE_INT4] = scores_ref,
+               [STORE_INT2] = scores_ref, [STORE_Q8_0] = scores_ref, [STORE_Q4_0] = scores_ref},
+    .vacc = {[STORE_F32] = vacc_ref, [STORE_F16] = vacc_ref, [STORE_BF16] = vacc_ref, [STORE_E4M3] = vacc_ref,
+             [STORE_E5M2] = vacc_ref, [STORE_INT8] = vacc_ref, [STORE_INT4] = vacc_ref, [STORE_INT2] = vacc_ref,
+             [STORE_Q8_0] = vacc_ref, [STORE_Q4_0] = vacc_ref},
+    .raw_scale = {0},
     .col_order = col_order_ref,
     .max = max_ref,
     .exp_sum = exp_sum_ref,

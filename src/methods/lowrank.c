@@ -1,68 +1,158 @@
-/* lowrank: keep the top `rank` singular triplets of K and/or V (truncated SVD, LAPACK dgesdd).
+/* lowrank: keep the top singular triplets of K and/or V (truncated SVD, LAPACK dgesdd).
  *
  * X (T, D) = U S Vt; X' = (U[:, :r] * S[:r]) @ Vt[:r]. Stored: the coefficients U S (T, r) and the basis
  * Vt (r, D), both FP16: 2 * (T*r + r*D) bytes per covered tensor; tensors it does not cover stay FP16.
+ * The rank is `rank`, or with `energy` the smallest r whose leading squared singular values reach that fraction
+ * of their total: c = cumsum(S^2) (in order, from 0.0), r = the first r with c[r-1] >= energy * c[R-1].
+ * `joint`: one basis for the KV heads of a layer, from the SVD of their rows stacked head after head
+ * (H*T, D); each head stores its own coefficients (T, r), the layer the basis once (2*r*D bytes per tensor,
+ * split over the heads with method_split_bytes). The rank then comes from the stacked spectrum.
+ * The factored form (coefficients, basis) is also returned in Compressed.Kcoef/Kbasis/Vcoef/Vbasis, which
+ * pipelines read (e.g. to quantize the coefficients).
  */
 #include "methods/methods.h"
 #include "linalg.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const ParamDesc params[] = {
-    {.name = "rank", .kind = PARAM_INT, .def = PARAM_REQUIRED, .lo = 1, .hi = 65536, .help = "singular triplets kept, 1..min(tokens, head_dim) (required)"},
+    {.name = "rank", .kind = PARAM_INT, .def = 0, .lo = 1, .hi = 65536,
+     .help = "singular triplets kept, 1..min(tokens, head_dim); required unless energy is given"},
     {.name = "apply_to", .kind = PARAM_ENUM, .def = APPLY_K, .choices = apply_to_choices, .help = "which tensors are stored low-rank"},
+    {.name = "energy", .kind = PARAM_NUM, .def = 0, .num_def = 0, .num_lo = 0, .num_hi = 1, .id_when_set = 1,
+     .help = "smallest rank keeping this fraction of the squared singular values; 0: use rank"},
+    {.name = "joint", .kind = PARAM_BOOL, .def = 0, .id_when_set = 1,
+     .help = "one basis shared by the KV heads of a layer (SVD of their stacked rows)"},
 };
 
 static int check(const Experiment *ex, const Dims *d)
 {
     long r = exp_param(ex, "rank");
-    size_t rmax = d->T < d->D ? d->T : d->D;
-    if (r < 1 || (size_t)r > rmax)
-        return kvc_fail("%s: rank must be in 1..min(tokens, head_dim) = %zu (got %ld)",
-                        exp_param_path(ex, "rank"), rmax, r);
+    double e = exp_param_num(ex, "energy");
+    int joint = exp_param(ex, "joint") != 0;
+    size_t rows = joint ? d->T * (d->kv_heads ? d->kv_heads : 1) : d->T;
+    size_t rmax = rows < d->D ? rows : d->D;
+    if (r == 0 && e == 0) {
+        char where[96];
+        if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu.rank", ex->src, ex->step);
+        else snprintf(where, sizeof where, "experiments.%zu.rank", ex->src);
+        return kvc_fail("%s: missing required parameter of lowrank: rank (1..min(tokens, head_dim) = %zu) or energy "
+                        "(a fraction in (0, 1]) (got nothing)", where, rmax);
+    }
+    if (r > 0 && e > 0)
+        return kvc_fail("%s: give rank or energy, not both (got rank %ld and energy %g)", exp_param_path(ex, "energy"),
+                        r, e);
+    if (r > 0 && (size_t)r > rmax)
+        return kvc_fail("%s: rank must be in 1..min(%s, head_dim) = %zu (got %ld)", exp_param_path(ex, "rank"),
+                        joint ? "kv_heads x tokens" : "tokens", rmax, r);
     return apply_to_check(ex, d);
 }
 
-/* out (T, D) = rank-r reconstruction of x (T, D). */
-static int lowrank_tensor(double *out, const double *x, size_t T, size_t D, size_t r)
+/* The rank for singular values S[0..R): `rank`, or the energy rule (at most R). */
+static size_t pick_rank(const Experiment *ex, const double *S, size_t R)
 {
-    size_t R = T < D ? T : D;
-    double *U = xmalloc(T * R * sizeof *U), *S = xmalloc(R * sizeof *S), *Vt = xmalloc(R * D * sizeof *Vt);
-    double *US = xmalloc(T * r * sizeof *US);
-    int rc = la_svd(U, S, Vt, x, T, D);
+    long r = exp_param(ex, "rank");
+    if (r > 0) return (size_t)r < R ? (size_t)r : R;
+    double *c = xmalloc(R * sizeof *c), acc = 0.0;
+    for (size_t i = 0; i < R; i++) c[i] = acc = acc + S[i] * S[i];
+    double target = exp_param_num(ex, "energy") * c[R - 1];
+    size_t k = 0;
+    while (k < R - 1 && !(c[k] >= target)) k++;
+    free(c);
+    return k + 1;
+}
+
+/* Truncated SVD of the rows of n tensors x[0..n), rows[k] rows each, stacked (sum of rows, D): per tensor its
+ * coefficients coef[k] (rows[k], r) and reconstruction out[k] (rows[k], D); the basis (r, D) in *basis. */
+static int factor(double **out, double **coef, double **basis, size_t *rank, const double *const *x,
+                  const size_t *rows, size_t n, size_t D, const Experiment *ex)
+{
+    size_t M = 0;
+    for (size_t k = 0; k < n; k++) M += rows[k];
+    size_t R = M < D ? M : D;
+    double *A = xmalloc(M * D * sizeof *A);
+    for (size_t k = 0, o = 0; k < n; o += rows[k] * D, k++) memcpy(A + o, x[k], rows[k] * D * sizeof *A);
+    double *U = xmalloc(M * R * sizeof *U), *S = xmalloc(R * sizeof *S), *Vt = xmalloc(R * D * sizeof *Vt);
+    int rc = la_svd(U, S, Vt, A, M, D);
+    free(A);
     if (rc == 0) {
-        for (size_t t = 0; t < T; t++)
-            for (size_t j = 0; j < r; j++) US[t * r + j] = U[t * R + j] * S[j];
-        la_matmul(out, US, Vt, T, r, D);   /* Vt[:r] is its first r rows, contiguous */
+        size_t r = pick_rank(ex, S, R);
+        *rank = r;
+        *basis = xmalloc(r * D * sizeof **basis);
+        memcpy(*basis, Vt, r * D * sizeof **basis);   /* Vt[:r] is its first r rows */
+        for (size_t k = 0, o = 0; k < n; o += rows[k], k++) {
+            coef[k] = xmalloc(rows[k] * r * sizeof *coef[k]);
+            for (size_t t = 0; t < rows[k]; t++)
+                for (size_t j = 0; j < r; j++) coef[k][t * r + j] = U[(o + t) * R + j] * S[j];
+            out[k] = xmalloc(rows[k] * D * sizeof *out[k]);
+            la_matmul(out[k], coef[k], *basis, rows[k], r, D);
+        }
     }
-    free(U); free(S); free(Vt); free(US);
+    free(U); free(S); free(Vt);
     return rc;
 }
 
-static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
+/* Low rank of tensor v (0: K, 1: V) of heads in[0..n), one basis per head (joint 0) or one for all (joint 1). */
+static int lowrank_tensors(Compressed *out, const Experiment *ex, const MethodInput *in, size_t n, int v, int joint)
 {
-    size_t r = (size_t)exp_param(ex, "rank");
-    long to = exp_param(ex, "apply_to");
-    size_t n = in->T * in->D;
-    uint64_t fp16 = 2 * (uint64_t)n, stored = 2 * ((uint64_t)in->T * r + (uint64_t)r * in->D);
-
-    memset(out, 0, sizeof *out);
-    if (to == APPLY_K || to == APPLY_KV) {
-        out->K = xmalloc(n * sizeof(double));
-        if (lowrank_tensor(out->K, in->K, in->T, in->D, r)) return -1;
-        out->bytes += stored;
-    } else {
-        out->bytes += fp16;
+    size_t groups = joint ? 1 : n, per = joint ? n : 1, D = in[0].D;
+    for (size_t g = 0; g < groups; g++) {
+        const double **x = xmalloc(per * sizeof *x);
+        size_t *rows = xmalloc(per * sizeof *rows), r = 0, M = 0;
+        double **rec = xcalloc(per, sizeof *rec), **coef = xcalloc(per, sizeof *coef), *basis = NULL;
+        for (size_t k = 0; k < per; k++) {
+            x[k] = v ? in[g * per + k].V : in[g * per + k].K;
+            rows[k] = in[g * per + k].T;
+            M += rows[k];
+        }
+        int rc = factor(rec, coef, &basis, &r, x, rows, per, D, ex);
+        for (size_t k = 0; rc == 0 && k < per; k++) {
+            Compressed *c = &out[g * per + k];
+            uint64_t b = 2 * (uint64_t)rows[k] * r + method_split_bytes(2 * (uint64_t)r * D, per, k);
+            c->bytes += b;
+            if (v) {
+                c->V = rec[k];
+                c->Vcoef = coef[k];
+                c->v_rank = r;
+                c->Vbasis = xmalloc(r * D * sizeof *basis);
+                memcpy(c->Vbasis, basis, r * D * sizeof *basis);
+            } else {
+                c->K = rec[k];
+                c->Kcoef = coef[k];
+                c->k_rank = r;
+                c->Kbasis = xmalloc(r * D * sizeof *basis);
+                memcpy(c->Kbasis, basis, r * D * sizeof *basis);
+            }
+            c->basis_shared = joint;
+        }
+        (void)M;
+        free(x); free(rows); free(rec); free(coef); free(basis);
+        if (rc) return -1;
     }
-    if (in->V) {
+    return 0;
+}
+
+static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H)
+{
+    long to = exp_param(ex, "apply_to");
+    int joint = exp_param(ex, "joint") != 0;
+    for (size_t h = 1; joint && h < H; h++)
+        if (in[h].D != in[0].D)
+            return kvc_fail("%s: a joint basis needs rows of one width in every head (got %zu and %zu)",
+                            exp_param_path(ex, "joint"), in[0].D, in[h].D);
+    if (to == APPLY_K || to == APPLY_KV) {
+        if (lowrank_tensors(out, ex, in, H, 0, joint)) return -1;
+    } else {
+        for (size_t h = 0; h < H; h++) out[h].bytes += 2 * (uint64_t)in[h].T * in[h].D;
+    }
+    if (in[0].V) {
         if (to == APPLY_V || to == APPLY_KV) {
-            out->V = xmalloc(n * sizeof(double));
-            if (lowrank_tensor(out->V, in->V, in->T, in->D, r)) return -1;
-            out->bytes += stored;
+            if (lowrank_tensors(out, ex, in, H, 1, joint)) return -1;
         } else {
-            out->bytes += fp16;
+            for (size_t h = 0; h < H; h++) out[h].bytes += 2 * (uint64_t)in[h].T * in[h].D;
         }
     }
     return 0;
@@ -71,10 +161,12 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 const MethodDesc method_lowrank = {
     .name = "lowrank",
     .factor = "per-token dimension",
-    .summary = "truncated SVD: store FP16 coefficients (T x rank) and basis (rank x D)",
+    .summary = "truncated SVD: store FP16 coefficients (T x rank) and basis (rank x D); rank given or by energy, "
+               "per head or one basis per layer (joint)",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .needs_query = 0,
     .check = check,
-    .apply = apply,
+    .apply = method_apply_one_head,
+    .apply_layer = apply_layer,
 };

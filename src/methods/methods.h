@@ -16,7 +16,8 @@
 #define METHOD_MAX_PARAMS 12
 #define PARAM_REQUIRED LONG_MIN   /* ParamDesc.def of a parameter that has no default */
 
-typedef enum { PARAM_INT, PARAM_ENUM, PARAM_NUM } ParamKind;
+/* PARAM_BOOL: JSON true/false, stored in Experiment.p as 1/0, written "true"/"false" (labels, ids, JSONL). */
+typedef enum { PARAM_INT, PARAM_ENUM, PARAM_NUM, PARAM_BOOL } ParamKind;
 
 typedef struct ParamDesc {
     const char *name;
@@ -26,6 +27,9 @@ typedef struct ParamDesc {
     const char *const *choices;  /* PARAM_ENUM: NULL-terminated */
     const char *help;
     double num_def, num_lo, num_hi;  /* PARAM_NUM: default (unless def == PARAM_REQUIRED) and closed range */
+    /* 1: the parameter appears in row ids and JSONL "params" only when its value differs from the default.
+     * For parameters added to a method after its first version: ids of rows written before stay valid. */
+    int id_when_set;
 } ParamDesc;
 
 struct MethodDesc;
@@ -38,6 +42,11 @@ typedef struct Experiment {
     double num[METHOD_MAX_PARAMS];      /* value of each PARAM_NUM parameter, same index */
     size_t src;                         /* index of the experiment object in the config */
     int pos[METHOD_MAX_PARAMS];         /* where each value came from: list position, or POS_SCALAR / POS_DEFAULT */
+    /* method "pipeline": its steps, each a full Experiment of one method (no label, no steps of its own) */
+    struct Experiment *steps;
+    size_t n_steps;
+    int is_step;                        /* 1: this is steps[step] of a pipeline (messages say experiments.N.steps.S) */
+    size_t step;
 } Experiment;
 enum { POS_SCALAR = -1, POS_DEFAULT = -2 };
 
@@ -46,6 +55,8 @@ typedef struct Dims {
     size_t T, D;          /* tokens, head dim */
     int has_values;       /* V is part of the cache */
     int has_query;        /* evaluation queries exist */
+    size_t kv_heads;      /* H, KV heads per layer (0: unknown, checks then assume 1) */
+    size_t n_obs;         /* W, observation queries per query head (0: none) */
 } Dims;
 
 /* Inputs of a method for one (layer, KV head): the exact cache of that head and what the method may look at.
@@ -64,7 +75,10 @@ typedef struct MethodInput {
     const size_t *obs_pos;   /* (W,) ascending token positions of the observation queries */
     size_t n_obs_heads;   /* G, 0 without observation queries */
     size_t n_obs;         /* W */
-    size_t layer, head;   /* which (layer, KV head) this is, for messages */
+    size_t layer, head;   /* which (layer, KV head) this is, for messages and seeded draws */
+    const size_t *pos;    /* (T,) ascending token positions of the rows, or NULL: row t is token t. Set inside a
+                             pipeline after an eviction step; compare with obs_pos through it */
+    const char *seed;     /* the config's seed, a decimal integer string (methods that draw: `random`), or NULL */
 } MethodInput;
 
 /* Output of a method. Owned by the caller after apply(); free with compressed_free(). */
@@ -73,6 +87,11 @@ typedef struct Compressed {
     size_t *kept;         /* eviction: kept token indices, ascending; NULL when every token is kept */
     size_t n_kept;
     uint64_t bytes;       /* bytes of the stored cache: every tensor of the cache, every scale, basis, index */
+    /* Optional factored form of a rewritten tensor (low rank), read by pipelines: X' = coef (T, rank) @ basis
+     * (rank, D), both stored in FP16. basis_shared: one basis serves every head of an apply_layer call. */
+    double *Kcoef, *Kbasis, *Vcoef, *Vbasis;
+    size_t k_rank, v_rank;
+    int basis_shared;
 } Compressed;
 
 typedef struct MethodDesc {
@@ -86,6 +105,17 @@ typedef struct MethodDesc {
     int (*check)(const Experiment *ex, const Dims *d);
     /* fills *out; returns 0 or -1 with kvc_fail set (e.g. LAPACK failure) */
     int (*apply)(Compressed *out, const Experiment *ex, const MethodInput *in);
+    /* Optional, for methods that work across the KV heads of a layer (share_heads, lowrank joint, pipeline):
+     * when set, evaluation calls it once per layer instead of apply once per head. in[0..H) are the layer's KV
+     * heads in order (their Q_obs are contiguous: in[h + 1].Q_obs == in[h].Q_obs + G * W * D); out[0..H) are
+     * zeroed by the caller and filled per head, bytes split over the heads so that they sum to the layer's
+     * (README "How bytes are counted"). Returns 0 or -1 with kvc_fail set; out stays freeable either way. */
+    int (*apply_layer)(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H);
+    /* 1: the method keeps a subset of the tokens (returns kept, no K/V) and counts them in FP16 plus index or
+     * state bytes; pipelines run such steps before the steps that rewrite values. */
+    int evicts;
+    /* evicting methods: tokens kept per head from a cache of d->T tokens (pipelines check later steps with it) */
+    size_t (*kept_tokens)(const Experiment *ex, const Dims *d);
 } MethodDesc;
 
 extern const MethodDesc *const method_registry[];
@@ -103,10 +133,19 @@ void exp_param_text(char *buf, size_t cap, const Experiment *ex, size_t i);
 /* a parameter's default as text ("required" when it has none), and its range ("2..8", "token|channel") */
 void param_default_text(char *buf, size_t cap, const ParamDesc *p);
 void param_range_text(char *buf, size_t cap, const ParamDesc *p);
-/* JSON path a parameter's value came from, e.g. "experiments.0.bits.1" (static buffer, for messages) */
+/* 1 when parameter i appears in row ids and JSONL "params" (always, unless ParamDesc.id_when_set) */
+int exp_param_listed(const Experiment *ex, size_t i);
+/* JSON path a parameter's value came from, e.g. "experiments.0.bits.1" or "experiments.2.steps.1.bits"
+ * (static buffer, for messages) */
 const char *exp_param_path(const Experiment *ex, const char *name);
 
 void compressed_free(Compressed *c);
+
+/* Share i (0..n-1) of `total` bytes stored once for n heads: floor(total / n), plus one for the first
+ * total mod n heads, so that the shares sum to total (--per-head rows of shared storage). */
+uint64_t method_split_bytes(uint64_t total, size_t n, size_t i);
+/* apply() of a method that has apply_layer: apply_layer on a layer of one head. */
+int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInput *in);
 
 /* apply_to choices shared by several methods: "k", "v", "kv" */
 extern const char *const apply_to_choices[];
@@ -115,5 +154,8 @@ int apply_to_check(const Experiment *ex, const Dims *d);   /* "v"/"kv" need data
 
 /* The method families, one file each. */
 extern const MethodDesc method_quantize, method_sink_window, method_topk_attention, method_lowrank;
+extern const MethodDesc method_window, method_h2o, method_snapkv, method_tova, method_knorm, method_random;
+extern const MethodDesc method_share_heads, method_pipeline;
+extern const MethodDesc method_kivi, method_cast, method_ggml;   /* quantizers: kivi.c, cast.c, ggml.c */
 
 #endif

@@ -1,66 +1,70 @@
-/* quantize: symmetric integer quantization with one FP16 scale per group (a token row or a channel column).
+/* quantize: integer quantization with a scale (and, asymmetric, a min) per group: the lesson's quantizer and
+ * its generalizations (README "Methods", "How bytes are counted").
  *
- * T tokens, D head dim. Per group g: qmax = 2^(bits-1) - 1, scale = max|x| / qmax,
- * q = clip(rint(x / scale), -qmax, qmax), x' = q * scale. An all-zero group has scale 0 and gives zeros.
- * Stored bytes per quantized tensor: ceil(T*D*bits / 8) packed codes + 2 bytes per scale; tensors it does
- * not cover stay FP16 (2 bytes per number). The quality path reconstructs with the double-precision scale.
+ * T tokens, D head dim. Stored form: STORE_INTN (src/store.h): b-bit codes of the whole (T, D) tensor in one
+ * bit stream, ceil(T * D * b / 8) bytes, plus per group a scale (and a min) in FP16 or FP32. Groups: axis
+ * token, `group_size` consecutive channels of a token (0: the whole row); axis channel, `group_size`
+ * consecutive tokens of a channel (0: the whole column). Symmetric (default): qmax = 2^(b-1) - 1,
+ * scale = max|x| / qmax, q = clip(rint(x / scale), -qmax, qmax), x' = q * scale; asymmetric (symmetric: false,
+ * as KIVI and q4_1): scale = (max - min) / (2^b - 1), q = clip(rint((x - min) / scale), 0, 2^b - 1),
+ * x' = q * scale + min. A group whose scale is 0 gives codes 0. scale_dtype "fp16" (default) is the lesson's
+ * simplification: the scales count as FP16 but the codes and K'/V' use the unrounded double scale;
+ * "fp16_exact" and "fp32" round the scales (and mins) first and use them as stored. Options shared by the
+ * quantizers (src/methods/qprep.h): rotate "hadamard", outliers p. Tensors it does not cover stay FP16.
  */
 #include "methods/methods.h"
+#include "methods/qprep.h"
+#include "store.h"
 #include "util.h"
 
-#include <math.h>
 #include <string.h>
 
 static const char *const axis_choices[] = {"token", "channel", NULL};
 enum { AXIS_TOKEN = 0, AXIS_CHANNEL = 1 };
 
+/* The parameters after apply_to came with issue 4: they enter row ids only when set (id_when_set), so the ids
+ * of the lesson's rows stay what they were. */
 static const ParamDesc params[] = {
-    {.name = "bits", .kind = PARAM_INT, .def = 8, .lo = 2, .hi = 8, .help = "bits per code; codes are -qmax..qmax, qmax = 2^(bits-1)-1"},
-    {.name = "axis", .kind = PARAM_ENUM, .def = AXIS_TOKEN, .choices = axis_choices, .help = "one scale per token (row) or per channel (column)"},
+    {.name = "bits", .kind = PARAM_INT, .def = 8, .lo = 2, .hi = 8, .help = "bits per code; codes are -qmax..qmax, qmax = 2^(bits-1)-1 (asymmetric: 0..2^bits-1)"},
+    {.name = "axis", .kind = PARAM_ENUM, .def = AXIS_TOKEN, .choices = axis_choices, .help = "scale groups along a token (row) or a channel (column)"},
     {.name = "apply_to", .kind = PARAM_ENUM, .def = APPLY_KV, .choices = apply_to_choices, .help = "which tensors are quantized"},
+    {.name = "symmetric", .kind = PARAM_BOOL, .def = 1, .lo = 0, .hi = 1, .id_when_set = 1,
+     .help = "true: scale = max|x| / qmax; false: a scale and a min per group (KIVI, q4_1)"},
+    {.name = "group_size", .kind = PARAM_INT, .def = 0, .lo = 0, .hi = 16777216, .id_when_set = 1,
+     .help = "channels (axis token) or tokens (axis channel) per scale group; 0 = the whole row or column"},
+    {.name = "scale_dtype", .kind = PARAM_ENUM, .def = SCALE_FP16, .choices = qprep_scale_choices, .id_when_set = 1,
+     .help = "fp16: 2 bytes, applied unrounded (the lesson's simplification); fp16_exact: rounded to FP16 as stored; fp32: 4 bytes"},
+    {.name = "rotate", .kind = PARAM_ENUM, .def = ROTATE_NONE, .choices = qprep_rotate_choices, .id_when_set = 1,
+     .help = "hadamard: random-sign Walsh-Hadamard rotation along D first (D a power of two)"},
+    {.name = "outliers", .kind = PARAM_NUM, .num_def = 0.0, .num_lo = 0.0, .num_hi = 0.5, .id_when_set = 1,
+     .help = "fraction of the largest |x| kept in FP16 with int32 indices (6 bytes each; dense-and-sparse)"},
 };
 
-/* out[i*stride] = quantized x[i*stride] for one group of n numbers. */
-static void quantize_group(double *out, const double *x, size_t n, size_t stride, double qmax)
+static int check(const Experiment *ex, const Dims *d)
 {
-    double amax = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double a = fabs(x[i * stride]);
-        if (a > amax) amax = a;
-    }
-    double scale = amax / qmax;
-    for (size_t i = 0; i < n; i++) {
-        if (scale == 0.0) {
-            out[i * stride] = 0.0;
-            continue;
-        }
-        double q = rint(x[i * stride] / scale);
-        if (q > qmax) q = qmax;
-        if (q < -qmax) q = -qmax;
-        out[i * stride] = q * scale;
-    }
+    if (apply_to_check(ex, d) || qprep_check(ex, d)) return -1;
+    return 0;
 }
 
-/* Quantizes a (T, D) tensor; returns the bytes it occupies when stored. */
-static uint64_t quantize_tensor(double *out, const double *x, size_t T, size_t D, int bits, int axis)
+/* out (T, D) = x quantized and read back; adds the bytes stored. */
+static int quantize_tensor(double *out, uint64_t *bytes, const double *x, const Experiment *ex, const MethodInput *in)
 {
-    double qmax = (double)((1L << (bits - 1)) - 1);
-    uint64_t n_scales;
-    if (axis == AXIS_TOKEN) {
-        for (size_t t = 0; t < T; t++) quantize_group(out + t * D, x + t * D, D, 1, qmax);
-        n_scales = T;
-    } else {
-        for (size_t c = 0; c < D; c++) quantize_group(out + c, x + c, T, D, qmax);
-        n_scales = D;
-    }
-    uint64_t payload_bits = (uint64_t)T * D * (uint64_t)bits;
-    return (payload_bits + 7) / 8 + 2 * n_scales;
+    size_t T = in->T, D = in->D;
+    long sd = exp_param(ex, "scale_dtype");
+    QPrep q;
+    if (qprep_init(&q, x, T, D, T, (int)exp_param(ex, "rotate"), exp_param_num(ex, "outliers"), in->seed)) return -1;
+    StoreFormat f = store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
+                                      exp_param(ex, "axis") == AXIS_TOKEN ? STORE_AXIS_TOKEN : STORE_AXIS_CHANNEL,
+                                      (size_t)exp_param(ex, "group_size"),
+                                      sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16);
+    *bytes += qprep_intn(out, q.x, T, D, f, sd == SCALE_FP16) + qprep_bytes(&q);
+    qprep_finish(out, &q);
+    qprep_free(&q);
+    return 0;
 }
 
 static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
-    int bits = (int)exp_param(ex, "bits");
-    int axis = (int)exp_param(ex, "axis");
     long to = exp_param(ex, "apply_to");
     uint64_t fp16 = 2 * (uint64_t)in->T * in->D;
     size_t n = in->T * in->D;
@@ -68,14 +72,14 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     memset(out, 0, sizeof *out);
     if (to == APPLY_K || to == APPLY_KV) {
         out->K = xmalloc(n * sizeof(double));
-        out->bytes += quantize_tensor(out->K, in->K, in->T, in->D, bits, axis);
+        if (quantize_tensor(out->K, &out->bytes, in->K, ex, in)) return -1;
     } else {
         out->bytes += fp16;
     }
     if (in->V) {
         if (to == APPLY_V || to == APPLY_KV) {
             out->V = xmalloc(n * sizeof(double));
-            out->bytes += quantize_tensor(out->V, in->V, in->T, in->D, bits, axis);
+            if (quantize_tensor(out->V, &out->bytes, in->V, ex, in)) return -1;
         } else {
             out->bytes += fp16;
         }
@@ -86,10 +90,10 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 const MethodDesc method_quantize = {
     .name = "quantize",
     .factor = "bytes per number",
-    .summary = "symmetric INT2..INT8 with one FP16 scale per token or per channel (the lesson's quantizer)",
+    .summary = "INT2..INT8 with a scale (and a min) per token, channel or group (the lesson's quantizer and its generalizations)",
     .params = params,
     .n_params = sizeof params / sizeof params[0],
     .needs_query = 0,
-    .check = apply_to_check,
+    .check = check,
     .apply = apply,
 };

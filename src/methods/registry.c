@@ -9,9 +9,20 @@
 
 const MethodDesc *const method_registry[] = {
     &method_quantize,
+    &method_kivi,
+    &method_cast,
+    &method_ggml,
     &method_sink_window,
     &method_topk_attention,
     &method_lowrank,
+    &method_window,
+    &method_h2o,
+    &method_snapkv,
+    &method_tova,
+    &method_knorm,
+    &method_random,
+    &method_share_heads,
+    &method_pipeline,
 };
 const size_t method_count = sizeof method_registry / sizeof method_registry[0];
 
@@ -57,6 +68,7 @@ void exp_param_text(char *buf, size_t cap, const Experiment *ex, size_t i)
     const ParamDesc *pd = &ex->method->params[i];
     if (pd->kind == PARAM_ENUM) snprintf(buf, cap, "%s", pd->choices[ex->p[i]]);
     else if (pd->kind == PARAM_NUM) fmt_double(buf, cap, ex->num[i]);
+    else if (pd->kind == PARAM_BOOL) snprintf(buf, cap, "%s", ex->p[i] ? "true" : "false");
     else snprintf(buf, cap, "%ld", ex->p[i]);
 }
 
@@ -67,7 +79,9 @@ void param_default_text(char *buf, size_t cap, const ParamDesc *p)
         snprintf(buf, cap, "required");
         return;
     }
-    if (p->kind == PARAM_ENUM) snprintf(buf, cap, "default \"%s\"", p->choices[p->def]);
+    if (p->kind == PARAM_INT && (p->def < p->lo || p->def > p->hi)) snprintf(buf, cap, "optional");
+    else if (p->kind == PARAM_ENUM) snprintf(buf, cap, "default \"%s\"", p->choices[p->def]);
+    else if (p->kind == PARAM_BOOL) snprintf(buf, cap, "default %s", p->def ? "true" : "false");
     else if (p->kind == PARAM_NUM) { fmt_double(v, sizeof v, p->num_def); snprintf(buf, cap, "default %s", v); }
     else snprintf(buf, cap, "default %ld", p->def);
 }
@@ -79,6 +93,8 @@ void param_range_text(char *buf, size_t cap, const ParamDesc *p)
         size_t len = 0;
         for (size_t k = 0; p->choices[k] && len < cap; k++)
             len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "|" : "", p->choices[k]);
+    } else if (p->kind == PARAM_BOOL) {
+        snprintf(buf, cap, "false|true");
     } else if (p->kind == PARAM_NUM) {
         char lo[40], hi[40];
         fmt_double(lo, sizeof lo, p->num_lo);
@@ -89,15 +105,26 @@ void param_range_text(char *buf, size_t cap, const ParamDesc *p)
     }
 }
 
+int exp_param_listed(const Experiment *ex, size_t i)
+{
+    const ParamDesc *pd = &ex->method->params[i];
+    if (!pd->id_when_set) return 1;
+    if (pd->kind == PARAM_NUM) return ex->num[i] != pd->num_def;
+    return ex->p[i] != pd->def;
+}
+
 const char *exp_param_path(const Experiment *ex, const char *name)
 {
-    static char buf[128];
+    static char buf[160];
+    char where[64];
     int i = method_param_index(ex->method, name);
     assert(i >= 0);
+    if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu", ex->src, ex->step);
+    else snprintf(where, sizeof where, "experiments.%zu", ex->src);
     if (ex->pos[i] >= 0)
-        snprintf(buf, sizeof buf, "experiments.%zu.%s.%d", ex->src, name, ex->pos[i]);
+        snprintf(buf, sizeof buf, "%s.%s.%d", where, name, ex->pos[i]);
     else
-        snprintf(buf, sizeof buf, "experiments.%zu.%s%s", ex->src, name, ex->pos[i] == POS_DEFAULT ? " (default)" : "");
+        snprintf(buf, sizeof buf, "%s.%s%s", where, name, ex->pos[i] == POS_DEFAULT ? " (default)" : "");
     return buf;
 }
 
@@ -117,5 +144,21 @@ void compressed_free(Compressed *c)
     free(c->K);
     free(c->V);
     free(c->kept);
+    free(c->Kcoef);
+    free(c->Kbasis);
+    free(c->Vcoef);
+    free(c->Vbasis);
     memset(c, 0, sizeof *c);
+}
+
+uint64_t method_split_bytes(uint64_t total, size_t n, size_t i)
+{
+    assert(n > 0 && i < n);
+    return total / n + (i < total % n ? 1 : 0);
+}
+
+int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInput *in)
+{
+    memset(out, 0, sizeof *out);
+    return ex->method->apply_layer(out, ex, in, 1);
 }

@@ -88,11 +88,17 @@ int fuzz_config(const uint8_t *data, size_t size)
             for (size_t j = 0; j < ex->method->n_params; j++) {
                 const ParamDesc *p = &ex->method->params[j];
                 long v = ex->p[j], hi = p->hi;
-                if (p->kind == PARAM_ENUM)
+                int ok;
+                if (p->kind == PARAM_ENUM) {
                     for (hi = 0; p->choices[hi]; hi++) continue;
-                int ok = p->kind == PARAM_ENUM ? (v >= 0 && v < hi) : (v >= p->lo && v <= p->hi);
+                    ok = v >= 0 && v < hi;
+                } else if (p->kind == PARAM_NUM) {
+                    ok = isfinite(ex->num[j]) && ex->num[j] >= p->num_lo && ex->num[j] <= p->num_hi;
+                } else {
+                    ok = v >= p->lo && v <= p->hi;
+                }
                 if (!ok) {
-                    snprintf(buf, sizeof buf, "experiment %zu %s=%ld", i, p->name, v);
+                    snprintf(buf, sizeof buf, "experiment %zu %s=%ld (%g)", i, p->name, v, ex->num[j]);
                     fuzz_violation("parameter out of range", buf);
                 }
             }

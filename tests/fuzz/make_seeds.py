@@ -104,6 +104,10 @@ def npy_seeds():
     put("npy", "i4-unsupported.npy", npy_bytes(np.arange(4, dtype=np.int32)))
     put("npy", "truncated.npy", npy_bytes(x)[:-5])
     put("npy", "nan.npy", npy_bytes(np.array([1.0, np.nan])))
+    # a shape whose product overflows 64 bits (its message once lacked "(got ...)": the bad-input catalogue found it)
+    h = b"{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"
+    h += b" " * (-(10 + len(h) + 1) % 64) + b"\n"
+    put("npy", "shape-overflow.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + b"\0" * 16)
 
 
 def st_bytes(tensors, metadata=None, pad=True):
@@ -138,6 +142,9 @@ def safetensors_seeds():
                                                           ("ids", "I32", (2,), b"\1\0\0\0\2\0\0\0")]))
     put("safetensors", "unpadded.safetensors", st_bytes([("k", "F32", (2,), b"\0\0\x80\x3f\0\0\0\x40")], pad=False))
     put("safetensors", "nan.safetensors", st_bytes([("k", "F32", (2,), b"\0\0\x80\x3f\0\0\xc0\x7f")]))
+    hdr = {"k": {"dtype": "F64", "shape": [2 ** 40, 2 ** 40, 2 ** 40], "data_offsets": [0, 8]}}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    put("safetensors", "shape-overflow.safetensors", struct.pack("<Q", len(h)) + h + b"\0" * 8)
     put("safetensors", "truncated.safetensors", st_bytes([("k", "F64", (3, 4), x.tobytes())])[:-3])
 
 

@@ -1,0 +1,36 @@
+/* evict.h: helpers shared by the eviction methods (evict.c, evict_attn.c); private to src/methods/.
+ *
+ * T rows (tokens of the cache, or the rows a pipeline still keeps: their positions are in->pos), D head dim.
+ * An eviction method fills Compressed.kept (ascending row indices) and counts the kept rows in FP16 (K, and V
+ * when the cache holds values) plus its index or state bytes.
+ */
+#ifndef KVC_METHODS_EVICT_H
+#define KVC_METHODS_EVICT_H
+
+#include "methods/methods.h"
+
+/* The two budget parameters every budgeted eviction method starts with (params[0], params[1]). */
+#define EVICT_BUDGET_PARAMS                                                                                       \
+    {.name = "budget", .kind = PARAM_INT, .def = 0, .lo = 0, .hi = 1L << 40,                                      \
+     .help = "tokens kept per KV head, 1..tokens; 0: use keep_ratio"},                                            \
+    {.name = "keep_ratio", .kind = PARAM_NUM, .def = 0, .num_def = 0, .num_lo = 0, .num_hi = 1,                   \
+     .help = "fraction kept: max(1, floor(keep_ratio x tokens)); 0: use budget"}
+
+/* Tokens kept out of T: `budget`, or max(1, floor(keep_ratio * T)), at most T. */
+size_t evict_budget(const Experiment *ex, size_t T);
+/* check(): exactly one of budget / keep_ratio is given (non-zero), and budget <= tokens. */
+int evict_budget_check(const Experiment *ex, const Dims *d);
+/* MethodDesc.kept_tokens of a budgeted method. */
+size_t evict_kept_tokens(const Experiment *ex, const Dims *d);
+
+/* FP16 bytes of n kept rows of every tensor the cache holds. */
+uint64_t evict_kept_bytes(size_t n, const MethodInput *in);
+
+/* Fills out->kept with the rows where forced[t] is set plus the k best of the others by score (larger first, ties
+ * to the earlier row), ascending; forced may be NULL. out->n_kept is the count; bytes are the caller's. */
+void evict_select(Compressed *out, const double *score, const unsigned char *forced, size_t T, size_t k);
+
+/* Position of row t (in->pos or t itself). */
+static inline size_t evict_pos(const MethodInput *in, size_t t) { return in->pos ? in->pos[t] : t; }
+
+#endif

@@ -1,0 +1,135 @@
+/* qprep: rotation and dense-and-sparse outliers around a quantizer's stored form (see qprep.h). */
+#include "methods/qprep.h"
+#include "hadamard.h"
+#include "store.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const qprep_rotate_choices[] = {"none", "hadamard", NULL};
+
+/* An entry ranked for the outliers: larger |x| first, then the lower index. */
+typedef struct {
+    double a;
+    size_t i;
+} Mag;
+
+static int ahead(const Mag *x, const Mag *y) { return x->a != y->a ? x->a > y->a : x->i < y->i; }
+
+static void swap_mag(Mag *x, Mag *y)
+{
+    Mag t = *x;
+    *x = *y;
+    *y = t;
+}
+
+/* Rearranges m[0..n) so that m[0..k) are the k first in rank (quickselect, three-way partition); 1 <= k <= n. */
+static void select_first(Mag *m, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n, kk = k - 1;
+    while (hi - lo > 1) {
+        Mag p = m[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;
+        while (i < gt) {
+            if (ahead(&m[i], &p)) swap_mag(&m[lt++], &m[i++]);
+            else if (ahead(&p, &m[i])) swap_mag(&m[i], &m[--gt]);
+            else i++;
+        }
+        if (kk < lt) hi = lt;
+        else if (kk >= gt) lo = gt;
+        else return;
+    }
+}
+
+static int by_index(const void *a, const void *b)
+{
+    size_t x = ((const Mag *)a)->i, y = ((const Mag *)b)->i;
+    return (x > y) - (x < y);
+}
+
+int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int rotate, double p, const char *seed)
+{
+    memset(q, 0, sizeof *q);
+    q->T = T;
+    q->D = D;
+    q->x = xmalloc(T * D * sizeof *q->x);
+    memcpy(q->x, x, T * D * sizeof *q->x);
+    if (rotate == ROTATE_HADAMARD) {
+        q->signs = xmalloc(D * sizeof *q->signs);
+        if (hadamard_signs(q->signs, D, seed)) {
+            qprep_free(q);
+            return -1;
+        }
+        hadamard_rotate(q->x, T, D, q->signs);
+    }
+    size_t n = rows * D, k = p > 0 ? (size_t)floor(p * (double)n) : 0;
+    if (k == 0) return 0;
+    Mag *m = xmalloc(n * sizeof *m);
+    for (size_t i = 0; i < n; i++) m[i] = (Mag){fabs(q->x[i]), i};
+    select_first(m, n, k);
+    qsort(m, k, sizeof *m, by_index);
+    q->n_out = k;
+    q->sparse = xmalloc(6 * k);
+    for (size_t r = 0; r < k; r++) {
+        uint32_t idx = (uint32_t)m[r].i;
+        uint16_t h = store_f16_from_f64(q->x[m[r].i]);
+        for (int b = 0; b < 4; b++) q->sparse[6 * r + (size_t)b] = (uint8_t)(idx >> (8 * b));
+        q->sparse[6 * r + 4] = (uint8_t)h;
+        q->sparse[6 * r + 5] = (uint8_t)(h >> 8);
+        q->x[m[r].i] = 0.0;
+    }
+    free(m);
+    return 0;
+}
+
+void qprep_finish(double *y, const QPrep *q)
+{
+    for (size_t r = 0; r < q->n_out; r++) {
+        const uint8_t *rec = q->sparse + 6 * r;
+        uint32_t idx = (uint32_t)rec[0] | (uint32_t)rec[1] << 8 | (uint32_t)rec[2] << 16 | (uint32_t)rec[3] << 24;
+        y[idx] = store_f16_to_f32((uint16_t)(rec[4] | rec[5] << 8));
+    }
+    if (q->signs) hadamard_unrotate(y, q->T, q->D, q->signs);
+}
+
+const char *const qprep_scale_choices[] = {"fp16", "fp16_exact", "fp32", NULL};
+
+uint64_t qprep_intn(double *out, const double *x, size_t T, size_t D, StoreFormat f, int unrounded)
+{
+    StoreTensor st;
+    store_alloc(&st, f, T, D);
+    if (unrounded) {
+        double *exact = xmalloc(2 * st.n_groups * sizeof *exact);
+        store_quantize_intn_unrounded_f64(&st, x, exact);
+        store_dequantize_intn_unrounded_f64(out, &st, exact);
+        free(exact);
+    } else {
+        store_quantize_f64(&st, x);
+        store_dequantize_f64(out, &st);
+    }
+    uint64_t b = store_bytes(&st);
+    store_free(&st);
+    return b;
+}
+
+uint64_t qprep_bytes(const QPrep *q) { return 6u * (uint64_t)q->n_out; }
+
+void qprep_free(QPrep *q)
+{
+    if (!q) return;
+    free(q->x);
+    free(q->signs);
+    free(q->sparse);
+    memset(q, 0, sizeof *q);
+}
+
+int qprep_check(const Experiment *ex, const Dims *d)
+{
+    int i = method_param_index(ex->method, "rotate");
+    if (i >= 0 && ex->p[i] == ROTATE_HADAMARD && !hadamard_ok(d->D))
+        return kvc_fail("%s: the Hadamard rotation needs a head dim that is a power of two (got head_dim %zu)",
+                        exp_param_path(ex, "rotate"), d->D);
+    return 0;
+}

@@ -1,0 +1,51 @@
+#!/bin/sh
+# test_decode_bench.sh: `kvc bench` as a black box at a tiny shape (the full-size run is `make bench`).
+# Checks the CSV shape and columns, the accuracy and thread-invariance columns, the table's machine header,
+# --help, and that bad arguments exit 2 with one "kvc: bench: ..." line and nothing on stdout.
+KVC=${KVC:-./kvc}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; fail=1; }
+
+"$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2,4 --head-dim 64 --formats f16,int4,q8_0,e4m3,lr16/f16,int4ch/int4 \
+    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/csv" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ]; then ok bench-smoke-exit-0; else bad bench-smoke-exit-0 "exit $rc: $(head -c 300 "$tmp/err")"; fi
+head -n 1 "$tmp/csv" | grep -q '^format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical$' \
+    && ok bench-csv-header || bad bench-csv-header "$(head -n 1 "$tmp/csv")"
+rows=$(tail -n +2 "$tmp/csv" | wc -l)
+[ "$rows" -eq 24 ] && ok bench-csv-24-rows || bad bench-csv-24-rows "got $rows rows (6 formats x 2 q-heads x 2 thread counts)"
+nok=$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
+[ "$nok" -eq 0 ] && ok bench-accuracy-and-thread-invariance || bad bench-accuracy-and-thread-invariance \
+    "$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | head -n 2)"
+# bytes: f16 K and V of 2 heads x 300 tokens x 64 = 2 * 2 * 300 * 64 * 2 bytes; int4 codes + FP16 scales
+f16=$(awk -F, '$1 == "f16" {print $11; exit}' "$tmp/csv")
+int4=$(awk -F, '$1 == "int4" {print $11; exit}' "$tmp/csv")
+[ "$f16" = 153600 ] && [ "$int4" = 40800 ] && ok bench-bytes || bad bench-bytes "f16 $f16 (want 153600), int4 $int4 (want 40800)"
+# table: the machine description at the top, one line per row
+"$KVC" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16,q4_0 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
+    >"$tmp/txt" 2>/dev/null
+head -n 1 "$tmp/txt" | grep -q '^# kvc .* bench$' && grep -q '^# cpu: ' "$tmp/txt" && grep -q '^# bandwidth' "$tmp/txt" \
+    && grep -q '^q4_0 ' "$tmp/txt" && ok bench-table-machine-header || bad bench-table-machine-header "$(head -n 3 "$tmp/txt")"
+"$KVC" bench --help >"$tmp/help" 2>&1 && grep -q '^usage: kvc bench' "$tmp/help" && ok bench-help || bad bench-help "no usage"
+
+expect_usage() {  # expect_usage NAME PATTERN ARGS...
+    name=$1; pat=$2; shift 2
+    "$KVC" bench "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^kvc: bench: .*$pat" "$tmp/err"; then
+        ok "$name"
+    else
+        bad "$name" "exit $rc, stderr: $(head -c 200 "$tmp/err"), stdout bytes $(wc -c <"$tmp/out")"
+    fi
+}
+expect_usage bench-rejects-q-heads-not-multiple "multiple of --kv-heads" --kv-heads 2 --q-heads 3
+expect_usage bench-rejects-unknown-format "unknown format" --formats f16,int5
+expect_usage bench-rejects-q4_0-odd-dim "multiple of 32" --head-dim 48 --formats q4_0
+expect_usage bench-rejects-zero-tokens "--tokens" --tokens 0
+expect_usage bench-rejects-unknown-option "unknown argument" --fast
+expect_usage bench-rejects-bad-threads "--threads" --threads 1,x
+expect_usage bench-rejects-rank-over-dim "rank must be at most" --head-dim 64 --formats lr80/f16
+expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1024
+exit $fail
