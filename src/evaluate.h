@@ -3,7 +3,8 @@
  * L layers, H KV heads, Hq query heads, G = Hq / H, T tokens, D head dim, N evaluation queries per
  * (layer, query head). The reference (exact attention of every evaluation query) is computed once per config
  * (eval_reference) and shared. For each experiment the method runs once per (layer, KV head) on that head's
- * (T, D) cache; the shared attention kernel runs every evaluation query of the G query heads that read the head
+ * (T, D) cache (or, with MethodDesc.apply_layer, once per layer on all of its KV heads: share_heads, lowrank joint,
+ * pipeline); the shared attention kernel runs every evaluation query of the G query heads that read the head
  * over what the cache keeps (rotated by RoPE first when the cache holds pre-RoPE keys); errors and bytes are
  * measured against the exact data and aggregated over (layer, head, query). See README.md, "Output columns".
  */

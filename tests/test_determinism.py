@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """test_determinism.py: the same config gives byte-identical CSV and JSONL, whatever the run around it.
 
-For each config (the lesson, the practice, and a small multi-head config with RoPE, sinks, observation queries
-and --per-head rows), kvc's output must be the same bytes
+For each config (the lesson, the practice, a small multi-head config with RoPE, sinks, observation queries and
+--per-head rows, and configs/sweep-pareto.json with every method family), kvc's output must be the same bytes
   - across repeated runs,
   - with OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) = 1 and = 2 (kvc pins OpenBLAS to one thread; this checks
     that the environment cannot change a result), and with --threads 1 and 2 once kvc run has that option,
@@ -12,7 +12,7 @@ Timing columns are not part of the contract: columns named decode_ns or decode_s
 names (JSONL) are dropped before comparing, if present. The id column is compared (it must be stable too).
 
 Run from the project root: /usr/bin/python3 tests/test_determinism.py   (KVC=path overrides ./kvc)
-Prints "PASS <name>" / "FAIL <name>: <why>" per check; exits 1 if any check failed. About 3 s.
+Prints "PASS <name>" / "FAIL <name>: <why>" per check; exits 1 if any check failed. About 5 s.
 """
 import csv
 import io
@@ -170,6 +170,8 @@ def main():
     check_config("multi", multi, "csv", [], out_option, threads)
     check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option, threads)
     check_config("lesson-table", "configs/lesson.json", "table", [], False)
+    if os.path.exists("configs/sweep-pareto.json"):   # every method family
+        check_config("sweep-pareto", "configs/sweep-pareto.json", "csv", [], out_option, threads)
     return 1 if failed else 0
 
 

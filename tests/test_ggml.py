@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggml_ref  # noqa: E402
 
-HELPER = os.environ.get("QUANT_HELPER", "build/tests/test_quant")
+HELPER = os.environ.get("QUANT_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_quant"))
 TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "f16", "bf16")
 failures = 0
 

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle_quant as oq  # noqa: E402
 
-HELPER = os.environ.get("QUANT_HELPER", "build/tests/test_quant")
+HELPER = os.environ.get("QUANT_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_quant"))
 SEED = 7          # the helper's seed for rotate "hadamard"
 failures = 0
 

@@ -24,6 +24,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,9 +53,13 @@ int evict_budget_check(const Experiment *ex, const Dims *d)
 {
     long b = exp_param(ex, "budget");
     double r = exp_param_num(ex, "keep_ratio");
-    if (b == 0 && r == 0)
-        return kvc_fail("%s: give budget (tokens kept) or keep_ratio (fraction kept) (got neither)",
-                        exp_param_path(ex, "budget"));
+    if (b == 0 && r == 0) {
+        char where[96];
+        if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu.budget", ex->src, ex->step);
+        else snprintf(where, sizeof where, "experiments.%zu.budget", ex->src);
+        return kvc_fail("%s: missing required parameter of %s: budget (tokens kept, 1..tokens = %zu) or keep_ratio "
+                        "(the fraction kept) (got nothing)", where, ex->method->name, d->T);
+    }
     if (b > 0 && r > 0)
         return kvc_fail("%s: give budget or keep_ratio, not both (got budget %ld and keep_ratio %g)",
                         exp_param_path(ex, "keep_ratio"), b, r);

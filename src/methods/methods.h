@@ -60,7 +60,10 @@ typedef struct Dims {
 } Dims;
 
 /* Inputs of a method for one (layer, KV head): the exact cache of that head and what the method may look at.
- * Methods run once per (layer, KV head) and know nothing of the others; the bytes of all heads are summed.
+ * Methods run once per (layer, KV head) and know nothing of the others (except those with apply_layer, which
+ * get the inputs of a layer's heads together); the bytes of all heads are summed.
+ * Inside a pipeline a step gets the rows a previous step kept (T of them, positions in pos) and, after a low-rank
+ * step, the stored coefficients (D = the rank), as if they were the cache (README "Composition").
  * G = H_q / H_kv query heads read this KV head (GQA). */
 typedef struct MethodInput {
     size_t T, D;
