@@ -270,13 +270,19 @@ static int cmd_methods(int argc, char **argv)
         const MethodDesc *m = method_registry[i];
         printf("%s%s\n  shrinks: %s\n  %s\n", m->name, m->needs_query ? "  [oracle: sees the evaluation queries]" : "",
                m->factor, m->summary);
+        /* columns sized to this method's longest name, range and default */
+        int wn = 0, wr = 0, wd = 0;
+        char def[METHOD_MAX_PARAMS][64], range[METHOD_MAX_PARAMS][128];
         for (size_t j = 0; j < m->n_params; j++) {
             const ParamDesc *p = &m->params[j];
-            char def[64], range[128];
-            param_default_text(def, sizeof def, p);
-            param_range_text(range, sizeof range, p);
-            printf("    %-9s %-16s %-14s %s\n", p->name, range, def, p->help);
+            param_default_text(def[j], sizeof def[j], p);
+            param_range_text(range[j], sizeof range[j], p);
+            if ((int)strlen(p->name) > wn) wn = (int)strlen(p->name);
+            if ((int)strlen(range[j]) > wr) wr = (int)strlen(range[j]);
+            if ((int)strlen(def[j]) > wd) wd = (int)strlen(def[j]);
         }
+        for (size_t j = 0; j < m->n_params; j++)
+            printf("    %-*s  %-*s  %-*s  %s\n", wn, m->params[j].name, wr, range[j], wd, def[j], m->params[j].help);
         printf("\n");
     }
     return EXIT_OK;
