@@ -14,8 +14,12 @@
 #
 # Rows whose error is empty, zero or not finite cannot sit on a log axis; they are counted on stderr and
 # left out. The input is read with Python's csv/json modules (labels may hold commas and quotes).
-exec /usr/bin/env python3 - "$@" <<'PY'
-import csv, json, math, os, subprocess, sys, tempfile
+# What it shares with plot-sweep.sh (--size, quoting, running gnuplot) is in scripts/plotlib.py.
+exec /usr/bin/env KVC_SCRIPTS="$(dirname -- "$0")" python3 - "$@" <<'PY'
+import csv, json, math, os, sys
+sys.path.insert(0, os.environ["KVC_SCRIPTS"])
+import plotlib
+from plotlib import quote as q
 
 def die(msg):
     sys.stderr.write("plot-pareto: %s\n" % msg)
@@ -51,11 +55,7 @@ if len(pos) != 2:
 src, out = pos
 if opts["x"] not in ("bytes", "ratio"):
     die("--x must be bytes or ratio (got %s)" % opts["x"])
-try:
-    w, h = (int(v) for v in opts["size"].split("x"))
-    assert 100 <= w <= 10000 and 100 <= h <= 10000
-except Exception:
-    die("--size must be WxH in pixels, 100..10000 (got %s)" % opts["size"])
+w, h = plotlib.parse_size(opts["size"], die)
 
 def read_rows(path):
     try:
@@ -123,9 +123,6 @@ colour = {}
 for m in methods:
     colour[m] = palette.get(m) or spare[len([c for c in colour if c not in palette]) % len(spare)]
 
-def q(s):  # a gnuplot double-quoted string
-    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
-
 def place_labels(front, w, h):
     """`set label` commands for the front's points: each label takes the first of a few positions around
     its point that overlaps no label placed before, no point and no step of the front, and sits nearer to
@@ -181,8 +178,7 @@ def place_labels(front, w, h):
                    % (k + 1, q(text), p[1], p[2], "left" if dx > 0 else "right", dx, dy))
     return out
 
-tmp = tempfile.mkdtemp(prefix="kvc-plot-")
-try:
+with plotlib.scratch() as tmp:
     data = os.path.join(tmp, "data")
     with open(data, "w") as f:
         for m in methods:
@@ -195,15 +191,8 @@ try:
     xlabel = ("bytes stored (whole cache, codes + scales + bases + indices)" if opts["x"] == "bytes"
               else "compression ratio (FP16 bytes / bytes stored)")
     title = opts["title"] or "%s vs %s: %s" % (opts["y"], opts["x"], os.path.basename(src))
-    g = []
-    g.append("set terminal pngcairo size %d,%d noenhanced font 'DejaVu Sans,12'" % (w, h))
     part = out + ".part"
-    g.append("set output %s" % q(part))
-    g.append("set title %s font ',14'" % q(title))
-    g.append("set xlabel %s" % q(xlabel))
-    g.append("set ylabel %s" % q("%s (log scale)" % opts["y"]))
-    g.append("set logscale y")
-    g.append("set format y '%g'")
+    g = plotlib.head(w, h, part, title, xlabel, opts["y"])
     if opts["logx"]:
         g.append("set logscale x")
     g.append("set grid xtics ytics mytics lc rgb '#dddddd'")
@@ -218,20 +207,5 @@ try:
     if opts["labels"]:
         g.extend(place_labels(front, w, h))
     g.append("plot " + ", \\\n     ".join(plots))
-    script = os.path.join(tmp, "plot.gp")
-    with open(script, "w") as f:
-        f.write("\n".join(g) + "\n")
-    try:
-        r = subprocess.run(["gnuplot", script])
-    except FileNotFoundError:
-        die("gnuplot is not installed (Debian: apt-get install gnuplot-nox)")
-    if r.returncode != 0 or not os.path.exists(part):
-        if os.path.exists(part):
-            os.unlink(part)
-        die("gnuplot failed (exit %d)" % r.returncode)
-    os.replace(part, out)
-finally:
-    for name in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, name))
-    os.rmdir(tmp)
+    plotlib.run_gnuplot(tmp, g, part, out, die)
 PY

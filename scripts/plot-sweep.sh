@@ -11,9 +11,13 @@
 #
 # The input is JSON lines (kvc run --format jsonl, or --out FILE.jsonl): only they carry the parameters
 # ("params"); a CSV has labels only. Rows without PARAM (other methods) are left out; rows whose error is
-# empty, zero or not finite are counted on stderr and left out.
-exec /usr/bin/env python3 - "$@" <<'PY'
-import json, math, os, subprocess, sys, tempfile
+# empty, zero or not finite are counted on stderr and left out. What it shares with plot-pareto.sh (--size,
+# quoting, running gnuplot) is in scripts/plotlib.py.
+exec /usr/bin/env KVC_SCRIPTS="$(dirname -- "$0")" python3 - "$@" <<'PY'
+import json, math, os, sys
+sys.path.insert(0, os.environ["KVC_SCRIPTS"])
+import plotlib
+from plotlib import quote as q
 
 def die(msg):
     sys.stderr.write("plot-sweep: %s\n" % msg)
@@ -42,11 +46,7 @@ while i < len(args):
 if len(pos) != 3:
     die("need RESULTS.jsonl, OUT.png and PARAM (e.g. bits); see --help")
 src, out, param = pos
-try:
-    w, h = (int(v) for v in opts["size"].split("x"))
-    assert 100 <= w <= 10000 and 100 <= h <= 10000
-except Exception:
-    die("--size must be WxH in pixels, 100..10000 (got %s)" % opts["size"])
+w, h = plotlib.parse_size(opts["size"], die)
 try:
     with open(src) as f:
         lines = f.read().splitlines()
@@ -84,12 +84,8 @@ if skipped:
 if not used:
     die("no row of %s has parameter %s and a positive %s" % (src, param, opts["y"]))
 
-def q(s):
-    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
-
 palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
-tmp = tempfile.mkdtemp(prefix="kvc-plot-")
-try:
+with plotlib.scratch() as tmp:
     data = os.path.join(tmp, "data")
     with open(data, "w") as f:
         for pts in series.values():
@@ -99,34 +95,14 @@ try:
     xs = sorted({x for pts in series.values() for x, _ in pts})
     part = out + ".part"
     title = opts["title"] or "%s vs %s: %s" % (opts["y"], param, os.path.basename(src))
-    g = ["set terminal pngcairo size %d,%d noenhanced font 'DejaVu Sans,12'" % (w, h),
-         "set output %s" % q(part),
-         "set title %s font ',14'" % q(title),
-         "set xlabel %s" % q(param),
-         "set ylabel %s" % q("%s (log scale)" % opts["y"]),
-         "set logscale y", "set format y '%g'",
-         "set grid xtics ytics mytics lc rgb '#dddddd'",
-         "set key inside right top box opaque",
-         "set offsets graph 0.03, graph 0.03, 0, 0"]
+    g = plotlib.head(w, h, part, title, param, opts["y"]) + [
+        "set grid xtics ytics mytics lc rgb '#dddddd'",
+        "set key inside right top box opaque",
+        "set offsets graph 0.03, graph 0.03, 0, 0"]
     if len(xs) <= 16 and all(float(x).is_integer() for x in xs):
         g.append("set xtics (%s)" % ", ".join("%s %r" % (q(int(x)), x) for x in xs))
     plots = ["%s index %d using 1:2 with linespoints lw 2 pt 7 ps 1.3 lc rgb '%s' title %s"
              % (q(data), k, palette[k % len(palette)], q(name)) for k, name in enumerate(series)]
     g.append("plot " + ", \\\n     ".join(plots))
-    script = os.path.join(tmp, "plot.gp")
-    with open(script, "w") as f:
-        f.write("\n".join(g) + "\n")
-    try:
-        r = subprocess.run(["gnuplot", script])
-    except FileNotFoundError:
-        die("gnuplot is not installed (Debian: apt-get install gnuplot-nox)")
-    if r.returncode != 0 or not os.path.exists(part):
-        if os.path.exists(part):
-            os.unlink(part)
-        die("gnuplot failed (exit %d)" % r.returncode)
-    os.replace(part, out)
-finally:
-    for name in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, name))
-    os.rmdir(tmp)
+    plotlib.run_gnuplot(tmp, g, part, out, die)
 PY

@@ -24,6 +24,7 @@ die() { echo "sweep-parallel: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/sweep-lib.sh"   # sweep_args, sweep_find_kvc, abs
 jobs="" shards="" sshlogin="" kvc="${KVC:-}" clean=0 quiet=0
 sets=() pos=() runopts=()
 while [ $# -gt 0 ]; do
@@ -42,21 +43,10 @@ while [ $# -gt 0 ]; do
         *) pos+=("$1"); shift ;;
     esac
 done
-[ ${#pos[@]} -eq 2 ] || die "need CONFIG.json and OUT.csv (or OUT.jsonl); see --help"
-config=${pos[0]} out=${pos[1]}
-[ -r "$config" ] || die "cannot read the config $config"
-case "$out" in
-    *.csv) ext=csv ;;
-    *.jsonl) ext=jsonl ;;
-    *.ndjson) ext=ndjson ;;
-    *) die "OUT must end in .csv, .jsonl or .ndjson (got $out)" ;;
-esac
+sweep_args "${pos[@]}"
 command -v parallel >/dev/null 2>&1 || die "GNU parallel is not installed (Debian: apt-get install parallel)"
 
-if [ -z "$kvc" ]; then
-    if [ -x "$here/../kvc" ]; then kvc=$here/../kvc; else kvc=$(command -v kvc) || die "kvc not found; use --kvc PATH"; fi
-fi
-abs() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")" ;; esac; }
+sweep_find_kvc "$here"
 kvc=$(abs "$kvc") config=$(abs "$config")
 [ -x "$kvc" ] || die "kvc is not executable: $kvc"
 ncpu=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)

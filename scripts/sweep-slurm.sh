@@ -41,6 +41,7 @@ fi
 
 # ---- on the login node: submit ----
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/sweep-lib.sh"   # sweep_args, sweep_find_kvc, abs
 shards=16 max="" kvc="${KVC:-}"
 sets=() pos=() sbatch_opts=() runopts=()
 while [ $# -gt 0 ]; do
@@ -58,22 +59,11 @@ while [ $# -gt 0 ]; do
         *) pos+=("$1"); shift ;;
     esac
 done
-[ ${#pos[@]} -eq 2 ] || die "need CONFIG.json and OUT.csv (or OUT.jsonl); see --help"
-config=${pos[0]} out=${pos[1]}
-[ -r "$config" ] || die "cannot read the config $config"
-case "$out" in
-    *.csv) ext=csv ;;
-    *.jsonl) ext=jsonl ;;
-    *.ndjson) ext=ndjson ;;
-    *) die "OUT must end in .csv, .jsonl or .ndjson (got $out)" ;;
-esac
+sweep_args "${pos[@]}"
 case "$shards" in *[!0-9]*|''|0) die "--shards must be a positive integer (got $shards)" ;; esac
 case "$max" in *[!0-9]*) die "--max-running must be a positive integer (got $max)" ;; esac
 command -v sbatch >/dev/null 2>&1 || die "sbatch not found: run this on a Slurm login node"
-if [ -z "$kvc" ]; then
-    if [ -x "$here/../kvc" ]; then kvc=$here/../kvc; else kvc=$(command -v kvc) || die "kvc not found; use --kvc PATH"; fi
-fi
-abs() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")" ;; esac; }
+sweep_find_kvc "$here"
 mkdir -p "$(dirname "$out")"
 kvc=$(abs "$kvc") config=$(abs "$config") out=$(abs "$out") self=$(abs "$0")
 [ -x "$kvc" ] || die "kvc is not executable: $kvc"

@@ -22,13 +22,18 @@ void attn_forward_scores(double *out, double *w, double *s, const double *q, con
 {
     attn_scores(w, q, K, T, D);
     if (s) memcpy(s, w, T * sizeof *s);
+    attn_softmax(w, T);
+    la_vecmat(out, w, V, T, D);
+}
+
+void attn_softmax(double *w, size_t T)
+{
     double m = -INFINITY;
     for (size_t t = 0; t < T; t++)
         if (w[t] > m) m = w[t];
     for (size_t t = 0; t < T; t++) w[t] = exp(w[t] - m);
     double sum = la_sum(w, T);
     for (size_t t = 0; t < T; t++) w[t] = w[t] / sum;
-    la_vecmat(out, w, V, T, D);
 }
 
 void attn_log_softmax(double *ls, const double *s, double *tmp, size_t T)

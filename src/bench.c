@@ -270,13 +270,9 @@ static void caches(char *buf, size_t cap)
 
 static void isa_flags(char *buf, size_t cap)
 {
-    buf[0] = '\0';
-#if defined(__x86_64__) || defined(__i386__)
-    snprintf(buf, cap, "%s%s%s%s", __builtin_cpu_supports("avx2") ? "avx2 " : "", __builtin_cpu_supports("fma") ? "fma " : "",
-             __builtin_cpu_supports("f16c") ? "f16c " : "", __builtin_cpu_supports("avx512f") ? "avx512f " : "(no avx512f)");
-#else
-    snprintf(buf, cap, "(not x86)");
-#endif
+    unsigned f = decode_cpu_features();
+    snprintf(buf, cap, "%s%s%s%s", f & DECODE_CPU_AVX2 ? "avx2 " : "", f & DECODE_CPU_FMA ? "fma " : "",
+             f & DECODE_CPU_F16C ? "f16c " : "", f & DECODE_CPU_AVX512F ? "avx512f" : "(no avx512f)");
 }
 
 #ifndef KVC_BUILD_FLAGS

@@ -730,22 +730,6 @@ static int param_value(const Ctx *c, const ParamDesc *pd, const cJSON *v, const 
     return get_int(c, v, path, pd->lo, pd->hi, out);
 }
 
-/* Appends s to the growing string (*buf, *len, *cap). */
-static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = (*len + n + 1) * 2;
-        char *nb = xmalloc(nc);
-        memcpy(nb, *buf, *len);
-        free(*buf);
-        *buf = nb;
-        *cap = nc;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
 /* A pipeline placeholder: "steps.S.param", or "param" when exactly one step's method has that parameter.
  * Writes the value into val and returns 0, or returns -1 with the reason in why. */
 static int step_placeholder(char *val, size_t cap, const Experiment *ex, const char *name, char *why, size_t wcap)
@@ -835,12 +819,12 @@ static int fill_label(const Ctx *c, const char *path, const cJSON *label_node, c
                     }
                     exp_param_text(val, sizeof val, ex, (size_t)pi);
                 }
-                append(&buf, &len, &cap, val, strlen(val));
+                str_append(&buf, &len, &cap, val, strlen(val));
                 p = close + 1;
                 continue;
             }
         }
-        append(&buf, &len, &cap, p, 1);
+        str_append(&buf, &len, &cap, p, 1);
         p++;
     }
     *out = buf;
@@ -857,15 +841,15 @@ static char *default_label(const Experiment *ex, const Axis *axes, size_t n_axes
     size_t nsteps = ex->n_steps ? ex->n_steps : 1;
     for (size_t s = 0; s < nsteps; s++) {
         const Experiment *e = ex->n_steps ? &ex->steps[s] : ex;
-        if (s) append(&buf, &len, &cap, " | ", 3);
-        append(&buf, &len, &cap, e->method->name, strlen(e->method->name));
+        if (s) str_append(&buf, &len, &cap, " | ", 3);
+        str_append(&buf, &len, &cap, e->method->name, strlen(e->method->name));
         for (size_t a = 0; a < n_axes; a++) {
             if (ex->n_steps && axes[a].step != s) continue;
             const ParamDesc *pd = &e->method->params[axes[a].param];
             char part[128], val[64];
             exp_param_text(val, sizeof val, e, (size_t)axes[a].param);
             snprintf(part, sizeof part, " %s=%s", pd->name, val);
-            append(&buf, &len, &cap, part, strlen(part));
+            str_append(&buf, &len, &cap, part, strlen(part));
         }
     }
     return buf;
@@ -1391,29 +1375,29 @@ int config_parse(Config *cfg, const char *name, const char *text, size_t len, ch
     return rc;
 }
 
-int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets)
+int config_read(char **text, size_t *len, const char *path)
 {
-    memset(cfg, 0, sizeof *cfg);
-    if (!path[0]) return kvc_fail("\"\": cannot open the config: the file name is empty (got \"\")");
+    *text = NULL;
+    *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return kvc_fail("%s: cannot open the config (got %s)", path, strerror(errno));
-    size_t cap = 4096, len = 0;
+    size_t cap = 4096, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {
-        if (len == cap) {
+        if (n == cap) {
             if (cap >= (64u << 20)) {
                 fclose(f);
                 free(buf);
                 return kvc_fail("%s: the config is larger than 64 MiB (got more than %zu bytes)", path, cap);
             }
             char *nb = xmalloc(cap * 2);
-            memcpy(nb, buf, len);
+            memcpy(nb, buf, n);
             free(buf);
             buf = nb;
             cap *= 2;
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
         if (got == 0) break;
     }
     int err = ferror(f);
@@ -1422,6 +1406,18 @@ int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets)
         free(buf);
         return kvc_fail("%s: read error (got %s)", path, strerror(errno));
     }
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (!path[0]) return kvc_fail("\"\": cannot open the config: the file name is empty (got \"\")");
+    char *buf;
+    size_t len;
+    if (config_read(&buf, &len, path)) return -1;
     int rc = config_parse(cfg, path, buf, len, sets, n_sets);
     free(buf);
     return rc;

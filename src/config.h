@@ -96,6 +96,9 @@ typedef struct Config {
 
 /* Loads and validates `path` with the --set overrides sets[0..n_sets) ("PATH=JSON"). */
 int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets);
+/* The text of the config file `path` (at most 64 MiB) in *text[0..*len) (caller frees), as config_load reads
+ * it; for those that read it again (src/expid.c, src/load.c). Returns 0, or -1 with kvc_fail and *text NULL. */
+int config_read(char **text, size_t *len, const char *path);
 /* Same from text in memory; `name` is used in messages in place of the file name. */
 int config_parse(Config *cfg, const char *name, const char *text, size_t len, char *const *sets, size_t n_sets);
 void config_free(Config *cfg);   /* safe on a zeroed or partly filled Config */

@@ -70,6 +70,21 @@ static double rel_error(const double *a, const double *b, size_t n)
     return num / den;
 }
 
+/* A reconstruction that is not finite (a stored format, e.g. FP16 scales, overflowing for data this large) is
+ * an error, never NaN in a row (README "Numerical edge cases"). */
+static int check_finite(const Compressed *c, size_t T, size_t D, size_t layer, size_t head)
+{
+    for (int v = 0; v < 2; v++) {
+        const double *x = v ? c->V : c->K;
+        for (size_t i = 0; x && i < T * D; i++)
+            if (!isfinite(x[i]))
+                return kvc_fail("layer %zu, KV head %zu: the stored format cannot hold data this large and "
+                                "reconstructs a value that is not finite; lower data.keys.scale or the outlier "
+                                "scales (got %g at %s[%zu, %zu])", layer, head, x[i], v ? "V" : "K", i / D, i % D);
+    }
+    return 0;
+}
+
 /* num / den for norms, with rel_error's conventions. */
 static double ratio_of_norms(double num, double den)
 {
@@ -117,43 +132,6 @@ double eval_percentile(double *x, size_t n, double p)
 }
 
 static double mean(const double *x, size_t n) { return la_sum(x, n) / (double)n; }
-
-/* A token with its exact weight; "better" ranks first: larger weight, then the earlier token. */
-typedef struct {
-    double w;
-    size_t i;
-} Ranked;
-
-static int better(const Ranked *a, const Ranked *b)
-{
-    if (a->w != b->w) return a->w > b->w;
-    return a->i < b->i;
-}
-
-static void swap_ranked(Ranked *a, Ranked *b)
-{
-    Ranked t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Rearranges x[0..n) so that x[0..k) are the k best (quickselect; k >= 1). */
-static void select_best(Ranked *x, size_t n, size_t k)
-{
-    size_t lo = 0, hi = n, kk = k - 1;
-    while (hi - lo > 1) {
-        Ranked p = x[lo + (hi - lo) / 2];
-        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) better than p, [gt, hi) worse */
-        while (i < gt) {
-            if (better(&x[i], &p)) swap_ranked(&x[lt++], &x[i++]);
-            else if (better(&p, &x[i])) swap_ranked(&x[i], &x[--gt]);
-            else i++;
-        }
-        if (kk < lt) hi = lt;
-        else if (kk >= gt) lo = gt;
-        else return;
-    }
-}
 
 /* ---- one experiment ---- */
 
@@ -209,8 +187,8 @@ static void head_attention(Eval *e, size_t b, const Compressed *c, const double 
             attn_log_softmax(lp, terms, ph, nk);
             for (size_t j = 0; j < nk; j++) ph[j] = p[c->kept[j]];
             e->ret[i] = la_sum(ph, nk);
-            for (size_t t = 0; t < T; t++) rk[t] = (Ranked){p[t], t};
-            select_best(rk, T, k_recall);
+            for (size_t t = 0; t < T; t++) rk[t] = (Ranked){p[t], t};   /* larger exact weight first, then earlier */
+            select_top(rk, T, k_recall);
             size_t hit = 0;
             for (size_t j = 0; j < k_recall; j++) hit += kept[rk[j].i];
             e->rec[i] = (double)hit / (double)k_recall;
@@ -333,6 +311,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
             if (ex->method->apply_layer) rc = ex->method->apply_layer(cs, ex, ins, H);
             for (size_t h = 0; !ex->method->apply_layer && rc == 0 && h < H; h++)
                 rc = ex->method->apply(&cs[h], ex, &ins[h]);
+            for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, b / H, h);
             if (rc) {
                 for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
                 free(ins);

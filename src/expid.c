@@ -2,7 +2,6 @@
 #include "expid.h"
 #include "util.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,26 +182,10 @@ uint64_t expid_row(uint64_t id, size_t layer, size_t head)
 int expid_canon_load(char **canon, const char *path, char *const *sets, size_t n_sets)
 {
     *canon = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvc_fail("%s: cannot open the config (got %s)", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (len == cap) {
-            char *nb = xmalloc(cap * 2);
-            memcpy(nb, buf, len);
-            free(buf);
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    int rc = err ? kvc_fail("%s: read error (got %s)", path, strerror(errno))
-                 : config_canonical_data(canon, path, buf, len, sets, n_sets);
+    char *buf;
+    size_t len;
+    if (config_read(&buf, &len, path)) return -1;
+    int rc = config_canonical_data(canon, path, buf, len, sets, n_sets);
     free(buf);
     return rc;
 }

@@ -13,22 +13,13 @@ int hadamard_ok(size_t D) { return D >= 1 && (D & (D - 1)) == 0; }
 int hadamard_signs(double *s, size_t D, const char *seed)
 {
     const char *digits = seed ? seed : "0";
-    size_t len = strlen(digits), n = 1;
+    size_t len = strlen(digits);
     for (size_t i = 0; i < len; i++)
         if (digits[i] < '0' || digits[i] > '9') return kvc_fail("rotate: the seed must be a decimal integer (got \"%s\")", digits);
     if (len == 0) return kvc_fail("rotate: the seed must be a decimal integer (got \"\")");
     /* the seed's 32-bit words, least significant first (numpy's _int_to_uint32_array), then the stream's word */
     uint32_t *w = xcalloc(len / 9 + 3, sizeof *w);
-    for (size_t i = 0; i < len; i++) {
-        uint64_t carry = (uint64_t)(digits[i] - '0');
-        for (size_t k = 0; k < n; k++) {
-            uint64_t t = (uint64_t)w[k] * 10u + carry;
-            w[k] = (uint32_t)t;
-            carry = t >> 32;
-        }
-        if (carry) w[n++] = (uint32_t)carry;
-    }
-    while (n > 1 && w[n - 1] == 0) n--;
+    size_t n = rng_decimal_words(w, digits);
     w[n++] = HADAMARD_SEED_WORD;
     rng r;
     rng_seed_words(&r, w, n);

@@ -287,39 +287,23 @@ int safetensors_read(Tensor *out, const char *path, const char *name)
 
 /* ---- writing ---- */
 
-/* Appends s to *buf (growing it) as a JSON string. */
-static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t want = (*len + n + 1) * 2;
-        char *b = xmalloc(want);
-        memcpy(b, *buf, *len);
-        free(*buf);
-        *buf = b;
-        *cap = want;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
 static void append_json_string(char **buf, size_t *len, size_t *cap, const char *s)
 {
-    append(buf, len, cap, "\"", 1);
+    str_append(buf, len, cap, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (c == '"' || c == '\\') {
             esc[0] = '\\', esc[1] = (char)c;
-            append(buf, len, cap, esc, 2);
+            str_append(buf, len, cap, esc, 2);
         } else if (c < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            append(buf, len, cap, esc, 6);
+            str_append(buf, len, cap, esc, 6);
         } else {
-            append(buf, len, cap, s, 1);
+            str_append(buf, len, cap, s, 1);
         }
     }
-    append(buf, len, cap, "\"", 1);
+    str_append(buf, len, cap, "\"", 1);
 }
 
 int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t n, TensorDtype dtype)
@@ -330,7 +314,7 @@ int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t 
     size_t is = tensorio_dtype_size(dtype), offset = 0, len = 0, cap = 256;
     char *hdr = xmalloc(cap);
     hdr[0] = '\0';
-    append(&hdr, &len, &cap, "{", 1);
+    str_append(&hdr, &len, &cap, "{", 1);
     for (size_t k = 0; k < n; k++) {
         const Tensor *t = entries[k].tensor;
         const char *name = entries[k].name;
@@ -362,20 +346,20 @@ int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t 
                                 "(got %s)", path, name, i, isnan(t->data[i]) ? "nan" : t->data[i] > 0 ? "inf" : "-inf");
             }
         char num[64];
-        if (k) append(&hdr, &len, &cap, ",", 1);
+        if (k) str_append(&hdr, &len, &cap, ",", 1);
         append_json_string(&hdr, &len, &cap, name);
         int m = snprintf(num, sizeof num, ":{\"dtype\":\"%s\",\"shape\":[", dtype == TENSOR_F32 ? "F32" : "F64");
-        append(&hdr, &len, &cap, num, (size_t)m);
+        str_append(&hdr, &len, &cap, num, (size_t)m);
         for (size_t d = 0; d < t->ndim; d++) {
             m = snprintf(num, sizeof num, d ? ",%zu" : "%zu", t->shape[d]);
-            append(&hdr, &len, &cap, num, (size_t)m);
+            str_append(&hdr, &len, &cap, num, (size_t)m);
         }
         m = snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", offset, bytes);
-        append(&hdr, &len, &cap, num, (size_t)m);
+        str_append(&hdr, &len, &cap, num, (size_t)m);
         offset = bytes;
     }
-    append(&hdr, &len, &cap, "}", 1);
-    while (len % 8) append(&hdr, &len, &cap, " ", 1);
+    str_append(&hdr, &len, &cap, "}", 1);
+    while (len % 8) str_append(&hdr, &len, &cap, " ", 1);
 
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)len >> (8 * k));

@@ -213,35 +213,6 @@ static void outlier_json(FILE *f, const unsigned char *mask, size_t L, size_t D)
     fputs("]", f);
 }
 
-static int read_text(char **buf, size_t *len, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvc_fail("%s: cannot open the config (got %s)", path, strerror(errno));
-    size_t cap = 4096;
-    *len = 0;
-    *buf = xmalloc(cap);
-    for (;;) {
-        if (*len == cap) {
-            char *nb = xmalloc(cap * 2);
-            memcpy(nb, *buf, *len);
-            free(*buf);
-            *buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(*buf + *len, 1, cap - *len, f);
-        *len += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(*buf);
-        *buf = NULL;
-        return kvc_fail("%s: read error (got %s)", path, strerror(errno));
-    }
-    return 0;
-}
-
 int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg, const char *cfg_path,
               char *const *sets, size_t n_sets)
 {
@@ -306,7 +277,7 @@ int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg,
     }
     char *text = NULL, *json = NULL;
     size_t len = 0;
-    if (rc == 0 && (read_text(&text, &len, cfg_path) ||
+    if (rc == 0 && (config_read(&text, &len, cfg_path) ||
                     config_files_json(&json, cfg_path, text, len, sets, n_sets, djson)))
         rc = -1;
     if (rc == 0) {

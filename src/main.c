@@ -130,20 +130,15 @@ static int usage_error(void)
     return EXIT_USAGE;
 }
 
-/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; returns 1 and sets *val, 0 if no match, -1 on error. */
-static int take_value(int argc, char **argv, int *i, const char *name, const char **val)
+/* The one positional argument of run and synth, CONFIG.json: after the options, so anything else starting with
+ * '-' is an unknown option, and a second file is refused. Returns 0, or -1 with kvc_fail. */
+static int take_config_path(const char *cmd, const char *arg, const char **path)
 {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) return kvc_fail("%s: missing value after %s (got nothing)", argv[0], name);
-    *val = argv[++*i];
-    return 1;
+    if (arg[0] == '-' && arg[1] != '\0')
+        return kvc_fail("%s: unknown option; see kvc %s --help (got \"%s\")", cmd, cmd, arg);
+    if (*path) return kvc_fail("%s: only one config file is accepted (got \"%s\" after \"%s\")", cmd, arg, *path);
+    *path = arg;
+    return 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -161,10 +156,10 @@ static int cmd_run(int argc, char **argv)
             free(sets);
             return EXIT_OK;
         }
-        if ((r = take_value(argc, argv, &i, "--set", &val)) != 0) {
+        if ((r = opt_value(argc, argv, &i, "--set", &val)) != 0) {
             if (r < 0) goto usage;
             sets[n_sets++] = (char *)val;
-        } else if ((r = take_value(argc, argv, &i, "--format", &val)) != 0) {
+        } else if ((r = opt_value(argc, argv, &i, "--format", &val)) != 0) {
             if (r < 0) goto usage;
             if (report_format_parse(val, &fmt)) {
                 kvc_fail("run: --format: must be table, csv or jsonl (got \"%s\")", val);
@@ -175,14 +170,8 @@ static int cmd_run(int argc, char **argv)
             per_head = 1;
         } else if ((r = sweep_option(&so, argc, argv, &i)) != 0) {
             if (r < 0) goto usage;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            kvc_fail("run: unknown option; see kvc run --help (got \"%s\")", argv[i]);
+        } else if (take_config_path("run", argv[i], &path)) {
             goto usage;
-        } else if (path) {
-            kvc_fail("run: only one config file is accepted (got \"%s\" after \"%s\")", argv[i], path);
-            goto usage;
-        } else {
-            path = argv[i];
         }
     }
     if (!path) {
@@ -320,10 +309,10 @@ static int cmd_synth(int argc, char **argv)
             free(sets);
             return EXIT_OK;
         }
-        if ((r = take_value(argc, argv, &i, "--set", &val)) != 0) {
+        if ((r = opt_value(argc, argv, &i, "--set", &val)) != 0) {
             if (r < 0) goto usage;
             sets[n_sets++] = (char *)val;
-        } else if ((r = take_value(argc, argv, &i, "--format", &val)) != 0) {
+        } else if ((r = opt_value(argc, argv, &i, "--format", &val)) != 0) {
             if (r < 0) goto usage;
             if (strcmp(val, "npy") == 0) fmt = SAVE_NPY;
             else if (strcmp(val, "safetensors") == 0) fmt = SAVE_SAFETENSORS;
@@ -331,18 +320,12 @@ static int cmd_synth(int argc, char **argv)
                 kvc_fail("synth: --format: must be npy or safetensors (got \"%s\")", val);
                 goto usage;
             }
-        } else if ((r = take_value(argc, argv, &i, "--out", &val)) != 0 ||
-                   (r = take_value(argc, argv, &i, "-o", &val)) != 0) {
+        } else if ((r = opt_value(argc, argv, &i, "--out", &val)) != 0 ||
+                   (r = opt_value(argc, argv, &i, "-o", &val)) != 0) {
             if (r < 0) goto usage;
             dir = val;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            kvc_fail("synth: unknown option; see kvc synth --help (got \"%s\")", argv[i]);
+        } else if (take_config_path("synth", argv[i], &path)) {
             goto usage;
-        } else if (path) {
-            kvc_fail("synth: only one config file is accepted (got \"%s\" after \"%s\")", argv[i], path);
-            goto usage;
-        } else {
-            path = argv[i];
         }
     }
     if (!path) {

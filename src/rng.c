@@ -119,19 +119,12 @@ void rng_seed_u64(rng *r, uint64_t seed)
 }
 
 /* 2.2: decimal string -> 32-bit words, least significant first, no high zero words. */
-int rng_seed_decimal(rng *r, const char *digits)
+size_t rng_decimal_words(uint32_t *w, const char *digits)
 {
-    size_t len = 0, n = 1;
-    while (digits[len] >= '0' && digits[len] <= '9')
-        len++;
-    if (len == 0 || digits[len] != '\0')
-        return -1;
-    /* 9 decimal digits < 2^30, so len/9 + 1 words suffice; one more for slack. */
-    uint32_t *w = calloc(len / 9 + 2, sizeof *w);
-    if (!w)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        uint64_t carry = (uint64_t)(digits[i] - '0');
+    size_t n = 1;
+    w[0] = 0;
+    for (const char *d = digits; *d; d++) {
+        uint64_t carry = (uint64_t)(*d - '0');
         for (size_t k = 0; k < n; k++) {
             uint64_t t = (uint64_t)w[k] * 10u + carry;
             w[k] = (uint32_t)t;
@@ -142,7 +135,21 @@ int rng_seed_decimal(rng *r, const char *digits)
     }
     while (n > 1 && w[n - 1] == 0)
         n--;
-    rng_seed_words(r, w, n);
+    return n;
+}
+
+int rng_seed_decimal(rng *r, const char *digits)
+{
+    size_t len = 0;
+    while (digits[len] >= '0' && digits[len] <= '9')
+        len++;
+    if (len == 0 || digits[len] != '\0')
+        return -1;
+    /* 9 decimal digits < 2^30, so len/9 + 1 words suffice; one more for slack. */
+    uint32_t *w = calloc(len / 9 + 2, sizeof *w);
+    if (!w)
+        return -1;
+    rng_seed_words(r, w, rng_decimal_words(w, digits));
     free(w);
     return 0;
 }

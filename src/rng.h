@@ -35,6 +35,11 @@ typedef struct rng {
 void rng_seed_words(rng *r, const uint32_t *words, size_t n);
 void rng_seed_u64(rng *r, uint64_t seed);
 int  rng_seed_decimal(rng *r, const char *digits);
+/* The words of a decimal integer as numpy's _int_to_uint32_array makes them (least significant first, at
+ * least one, no high zero words), for callers that append words of their own before rng_seed_words (a
+ * method's own stream). digits: '0'-'9' only, checked by the caller. w has room for strlen(digits) / 9 + 1
+ * words (9 digits < 2^30). Returns the count. */
+size_t rng_decimal_words(uint32_t *w, const char *digits);
 
 /* Draws. Each advances the stream; successive calls continue it, like numpy's calls on one
  * Generator (nothing is cached between calls).

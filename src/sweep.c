@@ -62,21 +62,6 @@ int sweep_parse_shard(const char *s, size_t *i, size_t *n)
     return 0;
 }
 
-static int value_of(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) return kvc_fail("run: missing value after %s (got nothing)", name);
-    *val = argv[++*i];
-    return 1;
-}
-
 int sweep_option(SweepOpts *o, int argc, char **argv, int *i)
 {
     const char *v;
@@ -93,13 +78,13 @@ int sweep_option(SweepOpts *o, int argc, char **argv, int *i)
         o->list = 1;
         return 1;
     }
-    if ((r = value_of(argc, argv, i, "--out", &v)) != 0) {
+    if ((r = opt_value(argc, argv, i, "--out", &v)) != 0) {
         if (r < 0) return -1;
         if (v[0] == '\0') return kvc_fail("run: --out: needs a file name (got \"\")");
         o->out = v;
         return 1;
     }
-    if ((r = value_of(argc, argv, i, "--shard", &v)) != 0) {
+    if ((r = opt_value(argc, argv, i, "--shard", &v)) != 0) {
         if (r < 0) return -1;
         if (sweep_parse_shard(v, &o->shard_i, &o->shard_n))
             return kvc_fail("run: --shard: must be I/N with 1 <= I <= N <= %lu, e.g. 2/8 (got \"%s\")", CONFIG_MAX_ROWS, v);

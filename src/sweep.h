@@ -44,7 +44,7 @@ typedef struct SweepOpts {
 
 /* Takes the sweep option at argv[*i] (--out FILE, --resume, --shard I/N, --list, -q, --quiet; --out=FILE and
  * --shard=I/N too). Returns 1 when it took one (*i then points at its last word), 0 when argv[*i] is not
- * a sweep option, -1 with kvc_fail on a missing or bad value. */
+ * a sweep option, -1 with kvc_fail on a missing or bad value. argv[0] is the command ("run"), as messages say. */
 int sweep_option(SweepOpts *o, int argc, char **argv, int *i);
 
 /* Parses "I/N" (1 <= I <= N <= 1000000). Returns 0 or -1 (no kvc_fail). */

@@ -1,4 +1,5 @@
-/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting. */
+/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, options with
+ * a value, a growing string and a top-k selection. */
 #include "util.h"
 
 #include <stdarg.h>
@@ -95,4 +96,60 @@ size_t edit_distance(const char *a, const char *b)
         }
     }
     return row[lb];
+}
+
+int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) return kvc_fail("%s: missing value after %s (got nothing)", argv[0], name);
+    *val = argv[++*i];
+    return 1;
+}
+
+void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = (*len + n + 1) * 2;
+        char *b = xmalloc(want);
+        memcpy(b, *buf, *len);
+        free(*buf);
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static int ranks_before(const Ranked *a, const Ranked *b) { return a->v != b->v ? a->v > b->v : a->i < b->i; }
+
+static void swap_ranked(Ranked *a, Ranked *b)
+{
+    Ranked t = *a;
+    *a = *b;
+    *b = t;
+}
+
+void select_top(Ranked *r, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n, kk = k - 1;
+    while (hi - lo > 1) {
+        Ranked p = r[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) rank before p, [gt, hi) after */
+        while (i < gt) {
+            if (ranks_before(&r[i], &p)) swap_ranked(&r[lt++], &r[i++]);
+            else if (ranks_before(&p, &r[i])) swap_ranked(&r[i], &r[--gt]);
+            else i++;
+        }
+        if (kk < lt) hi = lt;
+        else if (kk >= gt) lo = gt;
+        else return;
+    }
 }

@@ -8,6 +8,8 @@
  * Numbers: fmt_double prints the first of %.15g, %.16g, %.17g that reads back to the same double
  * (round-trip exact; the shortest such form for all but a few powers of two and subnormals).
  * Sizes: size_mul/size_add are overflow-checked.
+ * Small shared pieces: a command's option with a value (opt_value), a growing string (str_append), "the k
+ * largest" selection (select_top).
  */
 #ifndef KVC_UTIL_H
 #define KVC_UTIL_H
@@ -37,5 +39,23 @@ void fmt_double(char *buf, size_t cap, double x);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 size_t edit_distance(const char *a, const char *b);
+
+/* A command's option with a value: matches "NAME VALUE" or "NAME=VALUE" at argv[*i] (argv[0]: the command,
+ * e.g. "run", for the message). Returns 1 with *val set (and *i on the value when it is a separate word), 0 when
+ * argv[*i] is something else, -1 after kvc_fail when NAME is the last word. */
+int opt_value(int argc, char **argv, int *i, const char *name, const char **val);
+
+/* Appends s[0..n) to the NUL-terminated string (*buf, *len, *cap), growing the buffer (to twice what it then
+ * needs) when it is full; *buf may start NULL with *len == *cap == 0. */
+void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+
+/* A value with its index, ranked for "the k largest": larger v first, ties to the lower i. */
+typedef struct Ranked {
+    double v;
+    size_t i;
+} Ranked;
+/* Rearranges r[0..n) so that r[0..k) are the k first in rank, in no particular order among themselves
+ * (quickselect, three-way partition; no allocation); 1 <= k <= n. */
+void select_top(Ranked *r, size_t n, size_t k);
 
 #endif

@@ -6,33 +6,26 @@ Run from the project root: /usr/bin/python3 tests/test_differential.py
 Prints "PASS diff-<i>" or "FAIL diff-<i>: ..." per config; exits 1 on any failure.
 Failing configs are kept in a temp dir whose path is printed in the FAIL line.
 
-Tolerances: same row count, identical label/method strings, identical empty cells,
-bytes/baseline_bytes exactly, every other number within relative 1e-9 of the oracle
-(absolute 1e-12 when the oracle value is below 1e-12 in magnitude).
+Tolerances (tests/difftools.py, shared with the other differential tests): same row count, identical
+label/method strings, identical empty cells, bytes/baseline_bytes exactly, every other number within
+relative 1e-9 of the oracle (absolute 1e-12 when the oracle value is below 1e-12 in magnitude; an
+infinity only against the same infinity).
 Configs whose oracle metrics fall in (1e-12, 1e-6) in magnitude are redrawn (deterministically),
 because there a relative 1e-9 is below what two correct float64 implementations agree to.
 """
-import csv
-import io
-import json
-import math
 import os
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import difftools  # noqa: E402
 import oracle  # noqa: E402
 
 N_CONFIGS = 30
 KEYS_ONLY = {3, 4, 17}          # configs with keys only (no values, no query)
 VALUES_NO_QUERY = {5, 21}       # values but no query
-KVC = os.environ.get("KVC", "./kvc")   # make sanitize points this at build-san/kvc
 FLOAT_COLS = ["attn_error", "k_error", "v_error", "k_error_ordinary", "k_zeroed_ordinary", "ratio"]
-INT_COLS = ["bytes", "baseline_bytes"]
-MAX_SHOWN = 4
 
 
 # ---------------------------------------------------------------- random configs
@@ -178,15 +171,6 @@ def gen_config(r, i):
     return {"seed": seed, "data": data, "experiments": exps}
 
 
-def ill_conditioned(rows):
-    for row in rows:
-        for c in FLOAT_COLS:
-            v = row[c]
-            if v is not None and 1e-12 <= abs(v) < 1e-6:
-                return True
-    return False
-
-
 def make_configs():
     r = random.Random(2024)
     out = []
@@ -194,57 +178,10 @@ def make_configs():
         for _attempt in range(50):
             cfg = gen_config(r, i)
             rows = oracle.run_config(cfg)
-            if not ill_conditioned(rows):
+            if not difftools.ill_conditioned(rows, FLOAT_COLS):
                 break
         out.append((cfg, rows))
     return out
-
-
-# ---------------------------------------------------------------- comparison
-
-def close(x, y):
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    if abs(y) < 1e-12:
-        return abs(x - y) <= 1e-12
-    return abs(x - y) <= 1e-9 * abs(y)
-
-
-def compare(kvc_rows, header, orows):
-    """Returns a list of mismatch strings."""
-    bad = []
-    missing = [c for c in oracle.COLUMNS if c not in header]
-    if missing:
-        return ["kvc CSV header lacks column(s) %s (header: %s)" % (", ".join(missing), ",".join(header))]
-    if len(kvc_rows) != len(orows):
-        bad.append("row count kvc=%d oracle=%d" % (len(kvc_rows), len(orows)))
-    for n, (kr, orow) in enumerate(zip(kvc_rows, orows)):
-        where = "row %d %r" % (n, orow["label"])
-        for c in oracle.COLUMNS:
-            kc = kr.get(c)
-            if kc is None:
-                kc = ""
-            ov = orow[c]
-            if c in ("label", "method"):
-                if kc != ov:
-                    bad.append("%s %s kvc=%r oracle=%r" % (where, c, kc, ov))
-                continue
-            if ov is None or kc.strip() == "":
-                if not (ov is None and kc.strip() == ""):
-                    bad.append("%s %s kvc=%r oracle=%s" % (where, c, kc, "" if ov is None else repr(ov)))
-                continue
-            try:
-                kv = float(kc)
-            except ValueError:
-                bad.append("%s %s kvc=%r oracle=%r (not a number)" % (where, c, kc, ov))
-                continue
-            if c in INT_COLS:
-                ok = kv == ov
-            else:
-                ok = close(kv, ov)
-            if not ok:
-                bad.append("%s %s kvc=%s oracle=%r" % (where, c, kc, ov))
-    return bad
 
 
 def main():
@@ -255,55 +192,15 @@ def main():
         print("FAIL diff-generate: oracle raised %s: %s" % (type(e).__name__, e))
         return 1
     tmp = tempfile.mkdtemp(prefix="kvc-diff-")
-    keep = False
-    have_kvc = os.path.isfile(KVC) and os.access(KVC, os.X_OK)
     for i, (cfg, orows) in enumerate(configs):
         name = "diff-%d" % i
-        path = os.path.join(tmp, "%s.json" % name)
-        with open(path, "w") as fh:
-            json.dump(cfg, fh, indent=1)
-            fh.write("\n")
-        if not have_kvc:
+        why, _ = difftools.check_config(tmp, name, cfg, orows=orows, timeout=300)
+        if why:
             failed += 1
-            keep = True
-            print("FAIL %s: %s not found or not executable (build it with make); config %s" % (name, KVC, path))
-            continue
-        try:
-            p = subprocess.run([KVC, "run", path, "--format", "csv"], capture_output=True,
-                               text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            failed += 1
-            keep = True
-            print("FAIL %s: kvc timed out after 300 s; config %s" % (name, path))
-            continue
-        if p.returncode != 0:
-            failed += 1
-            keep = True
-            err = " ".join(p.stderr.strip().splitlines()[-3:]) or "(no stderr)"
-            print("FAIL %s: kvc exited with status %d: %s; config %s" % (name, p.returncode, err, path))
-            continue
-        try:
-            reader = csv.DictReader(io.StringIO(p.stdout))
-            header = reader.fieldnames or []
-            kvc_rows = list(reader)
-        except csv.Error as e:
-            failed += 1
-            keep = True
-            print("FAIL %s: cannot parse kvc CSV (%s); config %s" % (name, e, path))
-            continue
-        bad = compare(kvc_rows, header, orows)
-        if bad:
-            failed += 1
-            keep = True
-            more = "" if len(bad) <= MAX_SHOWN else "; ... (%d more)" % (len(bad) - MAX_SHOWN)
-            print("FAIL %s: %s%s; config %s" % (name, "; ".join(bad[:MAX_SHOWN]), more, path))
+            print("FAIL %s: %s" % (name, why))
         else:
             print("PASS %s" % name)
-    if keep:
-        print("configs kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    return difftools.finish(tmp, failed)
 
 
 if __name__ == "__main__":

@@ -10,25 +10,20 @@ above 2^64 against the oracle.
 
 Run from the project root: /usr/bin/python3 tests/test_differential_methods.py
 Prints "PASS <name>" / "FAIL <name>: ..." per check; exits 1 on any failure (configs kept in a temp dir).
-Tolerances: as tests/test_differential_multi.py (bytes exact, other numbers within relative 1e-9).
+Tolerances: those of tests/difftools.py (bytes exact, other numbers within relative 1e-9).
 """
-import csv
-import io
 import json
 import os
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import difftools  # noqa: E402
 import oracle  # noqa: E402
 import test_differential_multi as tdm  # noqa: E402
 
-KVC = os.environ.get("KVC", "./kvc")
 N_RANDOM = 30
-MAX_SHOWN = 4
 
 BASE = {"layers": 2, "kv_heads": 4, "q_heads": 8, "tokens": 96, "head_dim": 16,
         "keys": {"generator": "lowrank", "rank": 6, "scale": 0.5, "noise": 0.1},
@@ -260,15 +255,6 @@ def make_configs():
     return out
 
 
-def kvc_csv(path, per_head=False):
-    args = [KVC, "run", path, "--format", "csv"] + (["--per-head"] if per_head else [])
-    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        return None, "kvc exited %d: %s" % (p.returncode, p.stderr.strip()[-300:])
-    reader = csv.DictReader(io.StringIO(p.stdout))
-    return (reader.fieldnames or [], list(reader)), None
-
-
 def self_checks(tmp):
     """kvc against itself: one-step pipelines equal their method; random's draws nest across budgets."""
     failed = 0
@@ -288,7 +274,7 @@ def self_checks(tmp):
     with open(path, "w") as fh:
         json.dump(cfg, fh)
     for per_head in (False, True):
-        got, err = kvc_csv(path, per_head)
+        got, err = difftools.kvc_csv(path, per_head)
         name = "pipeline-one-step-equals-method" + ("-per-head" if per_head else "")
         if err:
             print("FAIL %s: %s" % (name, err))
@@ -302,7 +288,7 @@ def self_checks(tmp):
             for j in range(per):
                 a, b = rows[k * per + j], rows[(k + 1) * per + j]
                 bad += ["%s %s: %s vs %s" % (a["label"], c, a[c], b[c]) for c in cols if a[c] != b[c]]
-        print(("PASS %s" % name) if not bad else "FAIL %s: %s" % (name, "; ".join(bad[:MAX_SHOWN])))
+        print(("PASS %s" % name) if not bad else "FAIL %s: %s" % (name, "; ".join(bad[:difftools.MAX_SHOWN])))
         failed += bool(bad)
     # random with a seed above 2^64 (its words start the method's own SeedSequence entropy)
     data = dict(BASE, layers=1, kv_heads=2, q_heads=2, tokens=40)
@@ -312,9 +298,9 @@ def self_checks(tmp):
         c = {"seed": "12345678901234567890", "data": data, "experiments": [{"method": "random", "budget": b}]}
         with open(p, "w") as fh:
             json.dump(c, fh)
-        got, err = kvc_csv(p, True)
+        got, err = difftools.kvc_csv(p, True)
         orows = oracle.run_config(dict(c, seed=12345678901234567890), True)
-        if err or tdm.compare(got[1], got[0], orows, oracle.PER_HEAD_COLUMNS):
+        if err or difftools.compare(got[1], got[0], orows, oracle.PER_HEAD_COLUMNS):
             ok = False
     print("PASS random-big-seed" if ok else "FAIL random-big-seed: kvc and the oracle disagree for a seed above 2^64")
     failed += not ok
@@ -330,36 +316,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvc-methods-")
     failed = 0
     for name, cfg, per_head in configs:
-        path = os.path.join(tmp, "%s.json" % name)
-        with open(path, "w") as fh:
-            json.dump(cfg, fh, indent=1)
-            fh.write("\n")
-        try:
-            orows = oracle.run_config(cfg, per_head)
-        except Exception as e:  # noqa: BLE001
+        test = name + ("-per-head" if per_head else "")
+        why, n_rows = difftools.check_config(tmp, name, cfg, per_head)
+        if why:
             failed += 1
-            print("FAIL %s: oracle raised %s: %s; config %s" % (name, type(e).__name__, e, path))
-            continue
-        got, err = kvc_csv(path, per_head)
-        if err:
-            failed += 1
-            print("FAIL %s: %s; config %s" % (name, err, path))
-            continue
-        header, rows = got
-        bad = tdm.compare(rows, header, orows, oracle.PER_HEAD_COLUMNS if per_head else oracle.COLUMNS)
-        if bad:
-            failed += 1
-            more = "" if len(bad) <= MAX_SHOWN else "; ... (%d more)" % (len(bad) - MAX_SHOWN)
-            print("FAIL %s%s: %s%s; config %s" % (name, " --per-head" if per_head else "", "; ".join(bad[:MAX_SHOWN]),
-                                                  more, path))
+            print("FAIL %s: %s" % (test, why))
         else:
-            print("PASS %s%s (%d rows)" % (name, "-per-head" if per_head else "", len(rows)))
+            print("PASS %s (%d rows)" % (test, n_rows))
     failed += self_checks(tmp)
-    if failed:
-        print("configs kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    return difftools.finish(tmp, failed)
 
 
 if __name__ == "__main__":

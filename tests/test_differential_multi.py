@@ -9,29 +9,21 @@ pin each generator alone. The experiments come from test_differential.gen_experi
 Run from the project root: /usr/bin/python3 tests/test_differential_multi.py
 Prints "PASS multi-<i>" / "FAIL multi-<i>: ..." per config; exits 1 on any failure (configs kept in a temp dir).
 
-Tolerances: same rows, identical label/method/layer/head and empty cells, bytes exact, every other number
+Tolerances (tests/difftools.py): same rows, identical label/method/layer/head and empty cells, bytes exact, every other number
 within relative 1e-9 of the oracle (absolute 1e-12 below 1e-12; equal infinities). Configs whose metrics
 other than attn_kl fall in (1e-12, 1e-6) are redrawn, as in test_differential.py.
 """
-import csv
-import io
-import json
-import math
 import os
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import difftools  # noqa: E402
 import oracle  # noqa: E402
 import test_differential as td  # noqa: E402
 
-KVC = os.environ.get("KVC", "./kvc")
 N_RANDOM = 24
-INT_COLS = ("bytes", "baseline_bytes", "layer", "head")
-MAX_SHOWN = 4
 
 
 def share(r):
@@ -167,47 +159,8 @@ def fixed_configs():
 
 
 def ill_conditioned(rows):
-    for row in rows:
-        for c in oracle.COLUMNS[2:]:
-            v = row.get(c)
-            if c != "attn_kl" and isinstance(v, float) and 1e-12 <= abs(v) < 1e-6:
-                return True
-    return False
-
-
-def close(x, y):
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    if math.isinf(x) or math.isinf(y):
-        return x == y
-    if abs(y) < 1e-12:
-        return abs(x - y) <= 1e-12
-    return abs(x - y) <= 1e-9 * abs(y)
-
-
-def compare(kvc_rows, header, orows, cols):
-    missing = [c for c in cols if c not in header]
-    if missing:
-        return ["kvc CSV header lacks %s (header: %s)" % (", ".join(missing), ",".join(header))]
-    bad = []
-    if len(kvc_rows) != len(orows):
-        bad.append("row count kvc=%d oracle=%d" % (len(kvc_rows), len(orows)))
-    for n, (kr, orow) in enumerate(zip(kvc_rows, orows)):
-        where = "row %d %r" % (n, orow["label"])
-        for c in cols:
-            kc, ov = kr.get(c) or "", orow.get(c)
-            if c in ("label", "method"):
-                if kc != ov:
-                    bad.append("%s %s kvc=%r oracle=%r" % (where, c, kc, ov))
-                continue
-            if ov is None or kc.strip() == "":
-                if not (ov is None and kc.strip() == ""):
-                    bad.append("%s %s kvc=%r oracle=%r" % (where, c, kc, ov))
-                continue
-            kv = float(kc)
-            if not (kv == ov if c in INT_COLS else close(kv, ov)):
-                bad.append("%s %s kvc=%s oracle=%r" % (where, c, kc, ov))
-    return bad
+    """The redraw rule of this test and of test_differential_methods.py: attn_kl is left out."""
+    return difftools.ill_conditioned(rows, oracle.COLUMNS[2:], skip=("attn_kl",))
 
 
 def make_configs():
@@ -233,42 +186,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvc-multi-")
     failed = 0
     for name, cfg, per_head in configs:
-        path = os.path.join(tmp, "%s.json" % name)
-        with open(path, "w") as fh:
-            json.dump(cfg, fh, indent=1)
-            fh.write("\n")
-        try:
-            orows = oracle.run_config(cfg, per_head)
-        except Exception as e:  # noqa: BLE001
+        test = name + ("-per-head" if per_head else "")
+        why, _ = difftools.check_config(tmp, name, cfg, per_head)
+        if why:
             failed += 1
-            print("FAIL %s: oracle raised %s: %s; config %s" % (name, type(e).__name__, e, path))
-            continue
-        args = [KVC, "run", path, "--format", "csv"] + (["--per-head"] if per_head else [])
-        try:
-            p = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            failed += 1
-            print("FAIL %s: kvc timed out; config %s" % (name, path))
-            continue
-        if p.returncode != 0:
-            failed += 1
-            print("FAIL %s: kvc exited %d: %s; config %s" % (name, p.returncode, p.stderr.strip()[-300:], path))
-            continue
-        reader = csv.DictReader(io.StringIO(p.stdout))
-        header = reader.fieldnames or []
-        bad = compare(list(reader), header, orows, oracle.PER_HEAD_COLUMNS if per_head else oracle.COLUMNS)
-        if bad:
-            failed += 1
-            more = "" if len(bad) <= MAX_SHOWN else "; ... (%d more)" % (len(bad) - MAX_SHOWN)
-            print("FAIL %s%s: %s%s; config %s" % (name, " --per-head" if per_head else "", "; ".join(bad[:MAX_SHOWN]),
-                                                  more, path))
+            print("FAIL %s: %s" % (test, why))
         else:
-            print("PASS %s%s" % (name, "-per-head" if per_head else ""))
-    if failed:
-        print("configs kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+            print("PASS %s" % test)
+    return difftools.finish(tmp, failed)
 
 
 if __name__ == "__main__":

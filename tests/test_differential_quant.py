@@ -9,26 +9,20 @@ from test_differential_multi.gen_config and the experiments from gen_quant below
 
 Run from the project root: /usr/bin/python3 tests/test_differential_quant.py
 Prints "PASS quant-<name>" / "FAIL quant-<name>: ..." per config; exits 1 on any failure (configs kept in a temp
-dir). Tolerances as test_differential_multi.py: bytes exact, every other number within relative 1e-9; random
+dir). Tolerances of tests/difftools.py: bytes exact, every other number within relative 1e-9; random
 configs with a metric in (1e-12, 1e-6), attn_kl included, are redrawn.
 """
-import csv
-import io
-import json
 import os
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import difftools  # noqa: E402
 import oracle  # noqa: E402
 import test_differential_multi as tdm  # noqa: E402
 
-KVC = os.environ.get("KVC", "./kvc")
 N_RANDOM = 8
-MAX_SHOWN = 4
 
 
 def maybe(r, values, p_list=0.4):
@@ -128,12 +122,7 @@ def fixed_configs():
 def ill_conditioned(rows):
     """Metrics in (1e-12, 1e-6), attn_kl included: a near-lossless cast (f16) gives an attn_kl of 1e-8 whose
     last digits are rounding noise of two correct implementations."""
-    for row in rows:
-        for c in oracle.COLUMNS[2:]:
-            v = row.get(c)
-            if isinstance(v, float) and 1e-12 <= abs(v) < 1e-6:
-                return True
-    return False
+    return difftools.ill_conditioned(rows, oracle.COLUMNS[2:])
 
 
 def random_configs():
@@ -162,36 +151,13 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvc-quant-")
     failed = 0
     for name, cfg, per_head in configs:
-        path = os.path.join(tmp, "%s.json" % name)
-        with open(path, "w") as fh:
-            json.dump(cfg, fh, indent=1)
-            fh.write("\n")
-        try:
-            orows = oracle.run_config(cfg, per_head)
-        except Exception as e:  # noqa: BLE001
+        why, n_rows = difftools.check_config(tmp, name, cfg, per_head, timeout=300)
+        if why:
             failed += 1
-            print("FAIL quant-%s: oracle raised %s: %s; config %s" % (name, type(e).__name__, e, path))
-            continue
-        args = [KVC, "run", path, "--format", "csv"] + (["--per-head"] if per_head else [])
-        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            failed += 1
-            print("FAIL quant-%s: kvc exited %d: %s; config %s" % (name, p.returncode, p.stderr.strip()[-300:], path))
-            continue
-        reader = csv.DictReader(io.StringIO(p.stdout))
-        bad = tdm.compare(list(reader), reader.fieldnames or [], orows,
-                          oracle.PER_HEAD_COLUMNS if per_head else oracle.COLUMNS)
-        if bad:
-            failed += 1
-            more = "" if len(bad) <= MAX_SHOWN else "; ... (%d more)" % (len(bad) - MAX_SHOWN)
-            print("FAIL quant-%s: %s%s; config %s" % (name, "; ".join(bad[:MAX_SHOWN]), more, path))
+            print("FAIL quant-%s: %s" % (name, why))
         else:
-            print("PASS quant-%s (%d rows)" % (name, len(orows)))
-    if failed:
-        print("configs kept in %s" % tmp)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+            print("PASS quant-%s (%d rows)" % (name, n_rows))
+    return difftools.finish(tmp, failed)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,16 @@ def main():
         m = ERR_RE.match(err)
         report(name, None if rc == 2 and out == "" and m and re.search(what, err)
                else "exit %d, stdout %r, stderr %r" % (rc, out[:100], err[:300]))
+    # a stored format that cannot hold the data (FP16 codes above 65504): an error (exit 1, like every method
+    # failure), after the rows already finished; never a NaN row
+    f16 = keys_cfg(1e10)
+    f16["experiments"] = [{"method": "quantize", "bits": 4}, {"method": "cast", "format": "f16", "apply_to": "k"}]
+    rc, out, err = run_kvc(f16, "format-overflow-f16")
+    m = ERR_RE.match(err)
+    rows = rows_of(out) if out else []
+    report("format-overflow-f16", None if rc == 1 and m and "cannot hold data this large" in err and
+           len(rows) == 1 and no_nan(rows) is None
+           else "exit %d, %d rows, stderr %r" % (rc, len(rows), err[:300]))
     return 1 if failed else 0
 
 

@@ -4,7 +4,6 @@
  * the metrics block, the method and each parameter); repeats of one experiment; --per-head row ids; the CSV/JSONL reader of src/results.c on torn and bad
  * lines. The ids themselves are checked against an independent implementation in tests/test_expid.py.
  * Prints "PASS name" / "FAIL name: why"; exits 1 if any check failed. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,23 +14,7 @@
 #include "report.h"
 #include "results.h"
 #include "util.h"
-
-static int failures;
-
-static void result(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
+#include "check.h"
 
 #define DATA "\"data\": {\"tokens\": 64, \"head_dim\": 8, \"keys\": {\"generator\": \"lowrank\", \"rank\": 4, " \
              "\"scale\": 0.5, \"noise\": 0.1, \"outliers\": [{\"channel\": 5, \"scale\": 20}, {\"channel\": 1, " \
@@ -63,14 +46,14 @@ static uint64_t id_of(const char *json, size_t which, const char *const *sets)
 static void same(const char *name, const char *const *sets)
 {
     uint64_t a = id_of(BASE, 0, NULL), b = id_of(BASE, 0, sets);
-    result(a && a == b, name, "--set %s changed the id (%016llx -> %016llx)", sets[0], (unsigned long long)a,
-           (unsigned long long)b);
+    check(a && a == b, name, "--set %s changed the id (%016llx -> %016llx)", sets[0], (unsigned long long)a,
+          (unsigned long long)b);
 }
 
 static void differs(const char *name, const char *const *sets)
 {
     uint64_t a = id_of(BASE, 0, NULL), b = id_of(BASE, 0, sets);
-    result(a && b && a != b, name, "--set %s kept the id %016llx", sets[0], (unsigned long long)a);
+    check(a && b && a != b, name, "--set %s kept the id %016llx", sets[0], (unsigned long long)a);
 }
 
 static void ids(void)
@@ -90,7 +73,7 @@ static void ids(void)
     same("expid-json-key-order", key_order);
     same("expid-seed-leading-zeros", seed_str);
     uint64_t a = id_of(BASE, 0, NULL), b = id_of(BASE, 1, bits_list);
-    result(a && a == b, "expid-list-or-scalar", "bits 4 as a scalar and as list item 1 differ");
+    check(a && a == b, "expid-list-or-scalar", "bits 4 as a scalar and as list item 1 differ");
 
     static const char *const change[][2] = {
         {"seed=43", "seed"},
@@ -122,30 +105,30 @@ static void ids(void)
     differs("expid-explicit-data-default-is-another-id", explicit_default);
     uint64_t spaced = id_of("{ \"experiments\" : [ {\"bits\": 4, \"method\": \"quantize\"} ] ,\n\t"
                             "\"seed\":42, " DATA " }", 0, NULL);
-    result(spaced == a, "expid-whitespace-and-top-level-order", "%016llx vs %016llx", (unsigned long long)spaced,
-           (unsigned long long)a);
+    check(spaced == a, "expid-whitespace-and-top-level-order", "%016llx vs %016llx", (unsigned long long)spaced,
+          (unsigned long long)a);
     uint64_t h = expid_row(a, 1, 2);
-    result(h != a && h != expid_row(a, 2, 1) && h == expid_fnv1a(a, "layer=1\nhead=2\n", 15), "expid-per-head-row",
-           "%016llx", (unsigned long long)h);
+    check(h != a && h != expid_row(a, 2, 1) && h == expid_fnv1a(a, "layer=1\nhead=2\n", 15), "expid-per-head-row",
+          "%016llx", (unsigned long long)h);
 
     /* position: the same experiment after another one keeps its id */
     const char *moved = "{\"seed\": 42, " DATA ", \"experiments\": [{\"method\": \"sink_window\", \"window\": 8}, "
                         "{\"method\": \"quantize\", \"bits\": 4, \"label\": \"x\"}]}";
-    result(id_of(moved, 1, NULL) == a, "expid-position-independent", "moving the experiment changed its id");
+    check(id_of(moved, 1, NULL) == a, "expid-position-independent", "moving the experiment changed its id");
 
     /* repeats: the first keeps the id, the others get new distinct ones */
     const char *rep = "{\"seed\": 42, " DATA ", \"experiments\": [{\"method\": \"quantize\", \"bits\": 4}, "
                       "{\"method\": \"quantize\", \"bits\": [4, 4]}]}";
     uint64_t r0 = id_of(rep, 0, NULL), r1 = id_of(rep, 1, NULL), r2 = id_of(rep, 2, NULL);
-    result(r0 == a && r1 && r2 && r1 != r0 && r2 != r0 && r1 != r2, "expid-repeats", "%016llx %016llx %016llx",
-           (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)r2);
+    check(r0 == a && r1 && r2 && r1 != r0 && r2 != r0 && r1 != r2, "expid-repeats", "%016llx %016llx %016llx",
+          (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)r2);
 
     char hex[EXPID_HEX + 1];
     uint64_t back = 0;
     expid_format(hex, 0x00ab00cd00ef0012ULL);
-    result(strcmp(hex, "00ab00cd00ef0012") == 0 && expid_parse(hex, 16, &back) == 0 && back == 0x00ab00cd00ef0012ULL &&
-               expid_parse("00AB00CD00EF0012", 16, &back) != 0 && expid_parse(hex, 15, &back) != 0,
-           "expid-format-parse", "got %s", hex);
+    check(strcmp(hex, "00ab00cd00ef0012") == 0 && expid_parse(hex, 16, &back) == 0 && back == 0x00ab00cd00ef0012ULL &&
+              expid_parse("00AB00CD00EF0012", 16, &back) != 0 && expid_parse(hex, 15, &back) != 0,
+          "expid-format-parse", "got %s", hex);
 
 }
 
@@ -183,9 +166,9 @@ static void reader(void)
 
     snprintf(buf, sizeof buf, "%s%s%s", h, r1, r2);
     int rc = results_parse(&rf, "t.csv", buf, strlen(buf), FORMAT_CSV, 0);
-    result(rc == 0 && rf.n == 2 && rf.torn == 0 && rf.rows[0].id == 0x0123456789abcdefULL &&
-               strcmp(rf.rows[0].label, "a,\"b\"\nc") == 0 && rf.rows[1].line == 4 && rf.complete == strlen(buf),
-           "results-csv-quoted-label", "rc %d n %zu: %s", rc, rf.n, rc ? kvc_errmsg() : "");
+    check(rc == 0 && rf.n == 2 && rf.torn == 0 && rf.rows[0].id == 0x0123456789abcdefULL &&
+              strcmp(rf.rows[0].label, "a,\"b\"\nc") == 0 && rf.rows[1].line == 4 && rf.complete == strlen(buf),
+          "results-csv-quoted-label", "rc %d n %zu: %s", rc, rf.n, rc ? kvc_errmsg() : "");
     results_free(&rf);
 
     /* torn inside the quoted label (after its embedded newline), in a plain row, in the header */
@@ -195,37 +178,37 @@ static void reader(void)
         size_t want_n = k == 1 ? 1 : 0, want_complete = k == 0 ? hl : k == 1 ? hl + strlen(r1) : 0;
         char name[48];
         snprintf(name, sizeof name, "results-csv-torn-%zu", k);
-        result(rc == 0 && rf.n == want_n && rf.complete == want_complete && rf.torn == cut[k] - want_complete, name,
-               "rc %d n %zu complete %zu torn %zu", rc, rf.n, rf.complete, rf.torn);
+        check(rc == 0 && rf.n == want_n && rf.complete == want_complete && rf.torn == cut[k] - want_complete, name,
+              "rc %d n %zu complete %zu torn %zu", rc, rf.n, rf.complete, rf.torn);
         results_free(&rf);
     }
 
     snprintf(buf, sizeof buf, "%s%.*s\n", h, (int)(strlen(r2) - 18), r2);   /* the id cut off: one field short */
     rc = results_parse(&rf, "t.csv", buf, strlen(buf), FORMAT_CSV, 0);
-    result(rc != 0 && strstr(kvc_errmsg(), "t.csv:2:"), "results-csv-short-row", "rc %d: %s", rc, kvc_errmsg());
+    check(rc != 0 && strstr(kvc_errmsg(), "t.csv:2:"), "results-csv-short-row", "rc %d: %s", rc, kvc_errmsg());
     results_free(&rf);
     snprintf(buf, sizeof buf, "label,method\n%s", r2);
     rc = results_parse(&rf, "t.csv", buf, strlen(buf), FORMAT_CSV, 0);
-    result(rc != 0 && strstr(kvc_errmsg(), "header"), "results-csv-other-header", "rc %d: %s", rc, kvc_errmsg());
+    check(rc != 0 && strstr(kvc_errmsg(), "header"), "results-csv-other-header", "rc %d: %s", rc, kvc_errmsg());
     results_free(&rf);
 
     char *j1 = row_text(FORMAT_JSONL, "x\"\n\x01\xc3\xa9", "0123456789abcdef");
     snprintf(buf, sizeof buf, "%s%s", j1, j1);
     rc = results_parse(&rf, "t.jsonl", buf, strlen(buf) - 5, FORMAT_JSONL, -1);
-    result(rc == 0 && rf.n == 1 && !rf.per_head && strcmp(rf.rows[0].label, "x\"\n\x01\xc3\xa9") == 0 &&
-               rf.torn == strlen(j1) - 5 && rf.rows[0].id == 0x0123456789abcdefULL,
-           "results-jsonl", "rc %d n %zu: %s", rc, rf.n, rc ? kvc_errmsg() : "");
+    check(rc == 0 && rf.n == 1 && !rf.per_head && strcmp(rf.rows[0].label, "x\"\n\x01\xc3\xa9") == 0 &&
+              rf.torn == strlen(j1) - 5 && rf.rows[0].id == 0x0123456789abcdefULL,
+          "results-jsonl", "rc %d n %zu: %s", rc, rf.n, rc ? kvc_errmsg() : "");
     results_free(&rf);
     snprintf(buf, sizeof buf, "{\"label\":\"x\",\"id\":\"0123456789abcdef\"}\n");
     rc = results_parse(&rf, "t.jsonl", buf, strlen(buf), FORMAT_JSONL, 0);
-    result(rc != 0 && strstr(kvc_errmsg(), "t.jsonl:1:"), "results-jsonl-other-keys", "rc %d", rc);
+    check(rc != 0 && strstr(kvc_errmsg(), "t.jsonl:1:"), "results-jsonl-other-keys", "rc %d", rc);
     results_free(&rf);
 
     Format f;
-    result(results_format_of_name("a.csv", &f) == 0 && f == FORMAT_CSV && results_format_of_name("a.ndjson", &f) == 0 &&
-               f == FORMAT_JSONL && results_format_of_name("a.txt", &f) == 0 && f == FORMAT_TABLE &&
-               results_format_of_name("csv", &f) != 0 && results_format_of_name("a.json", &f) != 0,
-           "results-format-of-name", "");
+    check(results_format_of_name("a.csv", &f) == 0 && f == FORMAT_CSV && results_format_of_name("a.ndjson", &f) == 0 &&
+              f == FORMAT_JSONL && results_format_of_name("a.txt", &f) == 0 && f == FORMAT_TABLE &&
+              results_format_of_name("csv", &f) != 0 && results_format_of_name("a.json", &f) != 0,
+          "results-format-of-name", "wrong format for a.csv, a.ndjson, a.txt, csv or a.json");
     free(h);
     free(r1);
     free(r2);
@@ -236,5 +219,5 @@ int main(void)
 {
     ids();
     reader();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

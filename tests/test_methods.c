@@ -6,7 +6,6 @@
  * Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,25 +15,7 @@
 #include "expid.h"
 #include "methods/methods.h"
 #include "util.h"
-
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
+#include "check.h"
 
 static int parse(Config *cfg, const char *text)
 {
@@ -278,5 +259,5 @@ int main(void)
     test_lowrank_energy();
     test_pipeline_config();
     test_pipeline_bytes();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

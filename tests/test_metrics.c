@@ -6,28 +6,11 @@
 #include "evaluate.h"
 #include "linalg.h"
 #include "rope.h"
+#include "check.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
 
 static int near(double a, double b, double tol) { return fabs(a - b) <= tol * (fabs(b) > 1 ? fabs(b) : 1); }
 
@@ -123,5 +106,5 @@ int main(void)
     test_percentile();
     test_rope();
     test_attention_parts();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

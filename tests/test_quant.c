@@ -17,30 +17,12 @@
 #include "methods/qprep.h"
 #include "store.h"
 #include "util.h"
+#include "check.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s: ", name);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures++;
-}
 
 static double lcg_normal(uint64_t *s)
 {
@@ -523,5 +505,5 @@ int main(int argc, char **argv)
     test_hadamard();
     test_outliers();
     test_methods();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

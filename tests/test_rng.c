@@ -5,39 +5,16 @@
  * test_rng --dump SEED N  writes N doubles of rng_normal_fill (SEED: decimal of any size) to stdout
  * as raw little-endian float64, for tests/test_rng_numpy.py. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rng.h"
+#include "check.h"
 
 #define DATA "tests/data/rng/"
 #define MAXV 1000
 
-static int failures;
-
-static void result(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
-
-static uint64_t dbits(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof b);
-    return b;
-}
 
 /* Reads the first token of each line: as a decimal u64 (hex == 0) or a hex float (hex == 1,
  * returned as its bits). Returns the count, or -1 if the file cannot be read or a token is bad. */
@@ -116,16 +93,16 @@ static void check_column(const char *name, const char *file, int hex, const uint
     static uint64_t want[MAXV];
     int m = read_column(file, hex, want, MAXV);
     if (m != n) {
-        result(0, name, "cannot read %d values from " DATA "%s (got %d)", n, file, m);
+        check(0, name, "cannot read %d values from " DATA "%s (got %d)", n, file, m);
         return;
     }
     for (int i = 0; i < n; i++)
         if (got[i] != want[i]) {
-            result(0, name, "index %d: got 0x%016llx, numpy 0x%016llx", i,
-                   (unsigned long long)got[i], (unsigned long long)want[i]);
+            check(0, name, "index %d: got 0x%016llx, numpy 0x%016llx", i,
+                  (unsigned long long)got[i], (unsigned long long)want[i]);
             return;
         }
-    result(1, name, "");
+    check(1, name, "matches numpy");
 }
 
 static void check_seed(unsigned seed)
@@ -141,7 +118,7 @@ static void check_seed(unsigned seed)
     snprintf(file, sizeof file, "seed%u_entropy_u32.txt", seed);
     int nw = read_column(file, 0, ent, 8);
     if (nw != 1 || ent[0] != seed) {
-        result(0, name, DATA "%s: want the single word %u (read %d words)", file, seed, nw);
+        check(0, name, DATA "%s: want the single word %u (read %d words)", file, seed, nw);
         return;
     }
     words[0] = (uint32_t)ent[0];
@@ -150,8 +127,8 @@ static void check_seed(unsigned seed)
     snprintf(dec, sizeof dec, "%u", seed);
     rng rd;
     int rc = rng_seed_decimal(&rd, dec);
-    result(rc == 0 && same_rng(&r, &r2) && same_rng(&r, &rd), name,
-           "rng_seed_words, rng_seed_u64 and rng_seed_decimal disagree");
+    check(rc == 0 && same_rng(&r, &r2) && same_rng(&r, &rd), name,
+          "rng_seed_words, rng_seed_u64 and rng_seed_decimal disagree");
 
     rng_seedseq_pool(words, 1, pool);
     for (int i = 0; i < 4; i++)
@@ -178,11 +155,11 @@ static void check_seed(unsigned seed)
     snprintf(file, sizeof file, "seed%u_pcg64_state_after_seeding.txt", seed);
     rng_seed_u64(&r, seed);
     if (read_state(file, &want))
-        result(0, name, "cannot read " DATA "%s", file);
+        check(0, name, "cannot read " DATA "%s", file);
     else
-        result(same_rng(&r, &want), name, "state 0x%016llx%016llx inc 0x%016llx%016llx",
-               (unsigned long long)r.state_hi, (unsigned long long)r.state_lo,
-               (unsigned long long)r.inc_hi, (unsigned long long)r.inc_lo);
+        check(same_rng(&r, &want), name, "state 0x%016llx%016llx inc 0x%016llx%016llx",
+              (unsigned long long)r.state_hi, (unsigned long long)r.state_lo,
+              (unsigned long long)r.inc_hi, (unsigned long long)r.inc_lo);
 
     for (int i = 0; i < 16; i++)
         got[i] = rng_next_u64(&r);
@@ -218,8 +195,8 @@ static void check_decimal(const char *name, const char *digits, uint64_t seed)
     rng a, b;
     int rc = rng_seed_decimal(&a, digits);
     rng_seed_u64(&b, seed);
-    result(rc == 0 && same_rng(&a, &b), name, "rng_seed_decimal(\"%s\") rc %d, differs from seed %llu",
-           digits, rc, (unsigned long long)seed);
+    check(rc == 0 && same_rng(&a, &b), name, "rng_seed_decimal(\"%s\") rc %d, differs from seed %llu",
+          digits, rc, (unsigned long long)seed);
 }
 
 static void check_edges(void)
@@ -229,11 +206,11 @@ static void check_edges(void)
 
     rng_seed_u64(&a, 4294967296ULL);
     rng_seed_words(&b, w, 2);
-    result(same_rng(&a, &b), "seed_2^32_words_0_1", "rng_seed_u64(2^32) != words [0, 1]");
+    check(same_rng(&a, &b), "seed_2^32_words_0_1", "rng_seed_u64(2^32) != words [0, 1]");
 
     rng_seed_words(&a, NULL, 0);
     rng_seed_u64(&b, 0);
-    result(same_rng(&a, &b), "seed_words_empty_is_0", "n == 0 differs from [0]");
+    check(same_rng(&a, &b), "seed_words_empty_is_0", "n == 0 differs from [0]");
 
     check_decimal("decimal_4294967296", "4294967296", 4294967296ULL);
     check_decimal("decimal_u64max", "18446744073709551615", UINT64_MAX);
@@ -245,10 +222,10 @@ static void check_edges(void)
     const char *big = "7319428605172934861093274560128374650918273645019283746501928374650192837465019283746501928374650193";
     rng want = { 0x20d4a07ca3e6dfe0ULL, 0xac3a540e5da1259aULL, 0x8b67b3d08296509cULL, 0x535e96357e7bd299ULL };
     int rc = rng_seed_decimal(&a, big);
-    result(rc == 0 && same_rng(&a, &want), "decimal_100_digits_state", "rc %d, state differs from numpy", rc);
+    check(rc == 0 && same_rng(&a, &want), "decimal_100_digits_state", "rc %d, state differs from numpy", rc);
     uint64_t r0 = rng_next_u64(&a), r1 = rng_next_u64(&a);
-    result(r0 == 0x2c5b8156452e598bULL && r1 == 0x9af36f5fc61f23d6ULL, "decimal_100_digits_random_raw",
-           "got 0x%016llx 0x%016llx", (unsigned long long)r0, (unsigned long long)r1);
+    check(r0 == 0x2c5b8156452e598bULL && r1 == 0x9af36f5fc61f23d6ULL, "decimal_100_digits_random_raw",
+          "got 0x%016llx 0x%016llx", (unsigned long long)r0, (unsigned long long)r1);
 
     static const char *bad[][2] = { { "", "empty" },      { "-1", "minus_1" },    { "12a", "12a" },
                                     { " 1", "space_1" },  { "1.0", "1.0" },       { "+1", "plus_1" },
@@ -259,8 +236,8 @@ static void check_edges(void)
         b = a;
         rc = rng_seed_decimal(&a, bad[i][0]);
         snprintf(name, sizeof name, "decimal_rejects_%s", bad[i][1]);
-        result(rc == -1 && same_rng(&a, &b), name, "\"%s\": rc %d, rng %s", bad[i][0], rc,
-               same_rng(&a, &b) ? "untouched" : "changed");
+        check(rc == -1 && same_rng(&a, &b), name, "\"%s\": rc %d, rng %s", bad[i][0], rc,
+              same_rng(&a, &b) ? "untouched" : "changed");
     }
 }
 
@@ -305,5 +282,5 @@ int main(int argc, char **argv)
     check_seed(0);
     check_seed(42);
     check_edges();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -11,7 +11,6 @@
  */
 #include <dirent.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,31 +22,9 @@
 #include "io_safetensors.h"
 #include "tensorio.h"
 #include "util.h"
+#include "check.h"
 
-static int failures;
 static char dir[64];
-
-static void result(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
-
-static uint64_t dbits(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof b);
-    return b;
-}
 
 static const char *tmp(const char *name)
 {
@@ -154,19 +131,19 @@ static void expect_ok(const char *name, const char *path, const char *tname, siz
 {
     Tensor t;
     if (tensor_read(&t, path, tname, TENSOR_NO_LIMIT) < 0) {
-        result(0, name, "read failed: %s", kvc_errmsg());
+        check(0, name, "read failed: %s", kvc_errmsg());
         return;
     }
     int ok = t.ndim == ndim;
     for (size_t k = 0; ok && k < ndim; k++) ok = t.shape[k] == shape[k];
     if (!ok) {
-        result(0, name, "shape mismatch (ndim %zu, shape[0] %zu)", t.ndim, t.shape[0]);
+        check(0, name, "shape mismatch (ndim %zu, shape[0] %zu)", t.ndim, t.shape[0]);
     } else {
         size_t n = tensor_count(&t), bad = n;
         for (size_t i = 0; i < n && bad == n; i++)
             if (dbits(t.data[i]) != dbits(want[i])) bad = i;
-        if (bad < n) result(0, name, "value %zu is %a, want %a", bad, t.data[bad], want[bad]);
-        else result(1, name, NULL);
+        if (bad < n) check(0, name, "value %zu is %a, want %a", bad, t.data[bad], want[bad]);
+        else check(1, name, NULL);
     }
     tensor_free(&t);
 }
@@ -180,18 +157,18 @@ static void expect_fail(const char *name, const char *path, const char *tname, c
     int rc = tensor_read(&t, path, tname, TENSOR_NO_LIMIT);
     const char *msg = kvc_errmsg();
     if (rc == 0) {
-        result(0, name, "read succeeded (shape[0] %zu), want an error containing \"%s\"", t.shape[0], needle);
+        check(0, name, "read succeeded (shape[0] %zu), want an error containing \"%s\"", t.shape[0], needle);
         tensor_free(&t);
     } else if (strncmp(msg, path, strlen(path)) != 0 || msg[strlen(path)] != ':') {
-        result(0, name, "message does not start with the path: %s", msg);
+        check(0, name, "message does not start with the path: %s", msg);
     } else if (!strstr(msg, needle)) {
-        result(0, name, "message lacks \"%s\": %s", needle, msg);
+        check(0, name, "message lacks \"%s\": %s", needle, msg);
     } else if (strchr(msg, '\n')) {
-        result(0, name, "message has several lines: %s", msg);
+        check(0, name, "message has several lines: %s", msg);
     } else if (!zeroed(&t)) {
-        result(0, name, "Tensor not zeroed after failure");
+        check(0, name, "Tensor not zeroed after failure");
     } else {
-        result(1, name, NULL);
+        check(1, name, NULL);
     }
     if (getenv("TENSORIO_SHOW")) fprintf(stderr, "  %s -> %s\n", name, msg);
 }
@@ -253,22 +230,22 @@ static void test_half(void)
     int ok = 1;
     for (size_t k = 0; k < sizeof f16 / sizeof *f16; k++)
         if (dbits(half_to_double(f16[k].h)) != dbits(f16[k].want)) {
-            result(0, "half_to_double_table", "0x%04x -> %a, want %a", f16[k].h, half_to_double(f16[k].h), f16[k].want);
+            check(0, "half_to_double_table", "0x%04x -> %a, want %a", f16[k].h, half_to_double(f16[k].h), f16[k].want);
             ok = 0;
         }
-    if (ok) result(1, "half_to_double_table", NULL);
+    if (ok) check(1, "half_to_double_table", NULL);
     ok = dbits(half_to_double(0x8000)) == dbits(-0.0) && isnan(half_to_double(0x7e00)) &&
          isnan(half_to_double(0xfc01)) && signbit(half_to_double(0xfe00)) &&
          dbits(half_to_double(0x7e01)) == 0x7ff8040000000000ULL; /* payload kept, as numpy's cast does */
-    result(ok, "half_to_double_signed_zero_nan", "0x7e01 -> 0x%016llx", (unsigned long long)dbits(half_to_double(0x7e01)));
+    check(ok, "half_to_double_signed_zero_nan", "0x7e01 -> 0x%016llx", (unsigned long long)dbits(half_to_double(0x7e01)));
     ok = 1;
     for (size_t k = 0; k < sizeof b16 / sizeof *b16; k++)
         if (dbits(bf16_to_double(b16[k].h)) != dbits(b16[k].want)) {
-            result(0, "bf16_to_double_table", "0x%04x -> %a, want %a", b16[k].h, bf16_to_double(b16[k].h), b16[k].want);
+            check(0, "bf16_to_double_table", "0x%04x -> %a, want %a", b16[k].h, bf16_to_double(b16[k].h), b16[k].want);
             ok = 0;
         }
-    if (ok) result(1, "bf16_to_double_table", NULL);
-    result(isnan(bf16_to_double(0x7fc0)) && isnan(bf16_to_double(0xffc1)), "bf16_to_double_nan", "not NaN");
+    if (ok) check(1, "bf16_to_double_table", NULL);
+    check(isnan(bf16_to_double(0x7fc0)) && isnan(bf16_to_double(0xffc1)), "bf16_to_double_nan", "not NaN");
 
     /* Every finite pattern against an independent formula: (-1)^s * m * 2^e. */
     int bad16 = -1, badb = -1;
@@ -286,8 +263,8 @@ static void test_half(void)
             if (dbits(bf16_to_double((uint16_t)h)) != dbits(want) && badb < 0) badb = (int)h;
         }
     }
-    result(bad16 < 0, "half_to_double_all_finite", "first mismatch at 0x%04x", bad16);
-    result(badb < 0, "bf16_to_double_all_finite", "first mismatch at 0x%04x", badb);
+    check(bad16 < 0, "half_to_double_all_finite", "first mismatch at 0x%04x", bad16);
+    check(badb < 0, "bf16_to_double_all_finite", "first mismatch at 0x%04x", badb);
 }
 
 /* ---- .npy reading ---- */
@@ -398,8 +375,8 @@ static void test_npy_ok(void)
     Tensor t;
     int rc = npy_fread(&t, f, "mem", TENSOR_NO_LIMIT);
     fclose(f);
-    result(rc == 0 && t.ndim == 2 && t.shape[1] == 3 && dbits(t.data[2]) == dbits(v6[2]), "npy_fread_memory", "%s",
-           rc ? kvc_errmsg() : "wrong values");
+    check(rc == 0 && t.ndim == 2 && t.shape[1] == 3 && dbits(t.data[2]) == dbits(v6[2]), "npy_fread_memory", "%s",
+          rc ? kvc_errmsg() : "wrong values");
     tensor_free(&t);
     tensor_free(&t); /* freeing twice is safe */
     free(b.b);
@@ -593,7 +570,7 @@ static void test_st_ok(void)
     Tensor t;
     int rc = safetensors_fread(&t, f, "mem", "x", TENSOR_NO_LIMIT);
     fclose(f);
-    result(rc == 0 && t.shape[0] == 2 && t.data[1] == 2.0, "st_fread_memory", "%s", rc ? kvc_errmsg() : "wrong values");
+    check(rc == 0 && t.shape[0] == 2 && t.data[1] == 2.0, "st_fread_memory", "%s", rc ? kvc_errmsg() : "wrong values");
     tensor_free(&t);
     free(b.b);
 }
@@ -724,7 +701,7 @@ static void test_dispatch(void)
         if (ok) ok = tensor_read(&t, path, NULL, 6) == 0 && t.data[5] == 6.0;
         tensor_free(&t);
     }
-    result(ok, "max_values_limit", "%s", kvc_errmsg());
+    check(ok, "max_values_limit", "%s", kvc_errmsg());
     unlink(tmp("l.npy"));
     unlink(tmp("l.safetensors"));
 }
@@ -737,7 +714,7 @@ static void test_writers(void)
     Tensor t = {2, {2, 3}, d6};
     const char *p = tmp("w.npy");
     int rc = npy_write(p, &t);
-    result(rc == 0, "npy_write_ok", "%s", kvc_errmsg());
+    check(rc == 0, "npy_write_ok", "%s", kvc_errmsg());
     expect_ok("npy_write_round_trip", p, NULL, 2, t.shape, d6);
 
     /* The exact bytes np.save writes for np.zeros((2, 3)) headers: 128 bytes, 21 - len("2") growth spaces. */
@@ -750,14 +727,14 @@ static void test_writers(void)
     size_t wl = sizeof want - 1;
     ok = ok && memcmp(head, want, wl) == 0 && head[127] == '\n';
     for (size_t k = wl; ok && k < 127; k++) ok = head[k] == ' ';
-    result(ok, "npy_write_header_bytes", "header differs from np.save's");
+    check(ok, "npy_write_header_bytes", "header differs from np.save's");
 
     /* Overwrite an existing file; 1-D and 4-D shapes. */
     Tensor t1 = {1, {6}, d6};
-    result(npy_write(p, &t1) == 0, "npy_write_overwrite", "%s", kvc_errmsg());
+    check(npy_write(p, &t1) == 0, "npy_write_overwrite", "%s", kvc_errmsg());
     expect_ok("npy_write_1d_round_trip", p, NULL, 1, t1.shape, d6);
     Tensor t4 = {4, {1, 2, 1, 3}, d6};
-    result(npy_write(p, &t4) == 0, "npy_write_4d", "%s", kvc_errmsg());
+    check(npy_write(p, &t4) == 0, "npy_write_4d", "%s", kvc_errmsg());
     expect_ok("npy_write_4d_round_trip", p, NULL, 4, t4.shape, d6);
     unlink(p);
 
@@ -765,18 +742,18 @@ static void test_writers(void)
     int before = dir_entries();
     d6[5] = NAN;
     rc = npy_write(p, &t);
-    result(rc < 0 && strstr(kvc_errmsg(), "not finite at flat index 5") && dir_entries() == before,
-           "npy_write_refuses_nan", "rc %d, %d entries (was %d): %s", rc, dir_entries(), before, kvc_errmsg());
+    check(rc < 0 && strstr(kvc_errmsg(), "not finite at flat index 5") && dir_entries() == before,
+          "npy_write_refuses_nan", "rc %d, %d entries (was %d): %s", rc, dir_entries(), before, kvc_errmsg());
     d6[5] = 1.0 / 3;
     rc = npy_write(tmp("no/such/dir.npy"), &t);
-    result(rc < 0 && strstr(kvc_errmsg(), "cannot create") && dir_entries() == before, "npy_write_missing_dir", "%s",
-           kvc_errmsg());
+    check(rc < 0 && strstr(kvc_errmsg(), "cannot create") && dir_entries() == before, "npy_write_missing_dir", "%s",
+          kvc_errmsg());
     Tensor t0 = {0, {0}, d6};
-    result(npy_write(p, &t0) < 0 && dir_entries() == before, "npy_write_refuses_0d", "%s", kvc_errmsg());
+    check(npy_write(p, &t0) < 0 && dir_entries() == before, "npy_write_refuses_0d", "%s", kvc_errmsg());
     mkdir(tmp("sub"), 0700);
     rc = npy_write(tmp("sub"), &t); /* rename onto a directory fails; the temporary must go */
-    result(rc < 0 && dir_entries() == before + 1, "npy_write_onto_directory", "rc %d, %d entries: %s", rc,
-           dir_entries(), kvc_errmsg());
+    check(rc < 0 && dir_entries() == before + 1, "npy_write_onto_directory", "rc %d, %d entries: %s", rc,
+          dir_entries(), kvc_errmsg());
     rmdir(tmp("sub"));
 
     /* safetensors_write: two tensors, F64 and F32, read back by name. */
@@ -784,17 +761,17 @@ static void test_writers(void)
     Tensor tk = {2, {2, 2}, k4}, tq = {1, {2}, q2};
     SafetensorsEntry e[2] = {{"k", &tk}, {"q\"uoted\\", &tq}};
     const char *s = tmp("w.safetensors");
-    result(safetensors_write(s, e, 2, TENSOR_F64) == 0, "st_write_f64", "%s", kvc_errmsg());
+    check(safetensors_write(s, e, 2, TENSOR_F64) == 0, "st_write_f64", "%s", kvc_errmsg());
     expect_ok("st_write_f64_read_k", s, "k", 2, tk.shape, k4);
     expect_ok("st_write_f64_read_escaped_name", s, "q\"uoted\\", 1, tq.shape, q2);
-    result(safetensors_write(s, e, 2, TENSOR_F32) == 0, "st_write_f32", "%s", kvc_errmsg());
+    check(safetensors_write(s, e, 2, TENSOR_F32) == 0, "st_write_f32", "%s", kvc_errmsg());
     double q2f[2] = {(float)0.1, -7.5};
     expect_ok("st_write_f32_read_q", s, "q\"uoted\\", 1, tq.shape, q2f);
     f = fopen(s, "rb");
     unsigned char len8[8];
     ok = f && fread(len8, 1, 8, f) == 8 && len8[0] % 8 == 0;
     if (f) fclose(f);
-    result(ok, "st_write_header_padded_to_8", "header length %u", len8[0]);
+    check(ok, "st_write_header_padded_to_8", "header length %u", len8[0]);
     unlink(s);
 
     before = dir_entries();
@@ -802,15 +779,15 @@ static void test_writers(void)
     Tensor tb = {1, {1}, big};
     SafetensorsEntry eb[2] = {{"k", &tk}, {"big", &tb}};
     rc = safetensors_write(s, eb, 2, TENSOR_F32);
-    result(rc < 0 && strstr(kvc_errmsg(), "does not fit in float32") && dir_entries() == before,
-           "st_write_f32_overflow_leaves_nothing", "rc %d: %s", rc, kvc_errmsg());
+    check(rc < 0 && strstr(kvc_errmsg(), "does not fit in float32") && dir_entries() == before,
+          "st_write_f32_overflow_leaves_nothing", "rc %d: %s", rc, kvc_errmsg());
     SafetensorsEntry ed[2] = {{"k", &tk}, {"k", &tq}};
-    result(safetensors_write(s, ed, 2, TENSOR_F64) < 0 && strstr(kvc_errmsg(), "given twice") &&
-               dir_entries() == before, "st_write_duplicate_name", "%s", kvc_errmsg());
+    check(safetensors_write(s, ed, 2, TENSOR_F64) < 0 && strstr(kvc_errmsg(), "given twice") &&
+              dir_entries() == before, "st_write_duplicate_name", "%s", kvc_errmsg());
     SafetensorsEntry em[1] = {{"__metadata__", &tk}};
-    result(safetensors_write(s, em, 1, TENSOR_F64) < 0 && dir_entries() == before, "st_write_metadata_name", "%s",
-           kvc_errmsg());
-    result(safetensors_write(s, e, 2, TENSOR_F16) < 0, "st_write_f16_refused", "%s", kvc_errmsg());
+    check(safetensors_write(s, em, 1, TENSOR_F64) < 0 && dir_entries() == before, "st_write_metadata_name", "%s",
+          kvc_errmsg());
+    check(safetensors_write(s, e, 2, TENSOR_F16) < 0, "st_write_f16_refused", "%s", kvc_errmsg());
 }
 
 /* ---- helper modes ---- */
@@ -881,7 +858,7 @@ int main(int argc, char **argv)
     test_dispatch();
     test_writers();
     int left = dir_entries();
-    result(left == 0, "no_files_left_behind", "%d entries left in %s", left, dir);
+    check(left == 0, "no_files_left_behind", "%d entries left in %s", left, dir);
     if (rmdir(dir) != 0) fprintf(stderr, "test_tensorio: could not remove %s\n", dir);
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

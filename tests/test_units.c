@@ -21,33 +21,7 @@
 #include "methods/methods.h"
 #include "report.h"
 #include "util.h"
-
-static int failures, passes;
-
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        passes++;
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
-
-static uint64_t dbits(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof b);
-    return b;
-}
+#include "check.h"
 
 static int same_bits(double a, double b) { return dbits(a) == dbits(b); }
 
@@ -1442,6 +1416,6 @@ int main(void)
     test_lowrank();
     test_config();
     test_report();
-    printf("# %d passed, %d failed\n", passes, failures);
-    return failures ? 1 : 0;
+    printf("# %d passed, %d failed\n", check_passes, check_failures);
+    return check_failures ? 1 : 0;
 }

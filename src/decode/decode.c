@@ -43,19 +43,44 @@ double decode_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU features from cpuid, and whether the OS saves the AVX state (xgetbv): portable across gcc and clang
+ * (clang 14's __builtin_cpu_supports does not know "f16c"). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static unsigned cpu_features(void)
+{
+    unsigned a, b, c, d, f = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    if (c & (1u << 12)) f |= DECODE_CPU_FMA;
+    if (c & (1u << 29)) f |= DECODE_CPU_F16C;
+    unsigned xlo = 0, xhi = 0;
+    if (osxsave) __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    int ymm_ok = osxsave && avx && (xlo & 6u) == 6u;
+    if (!ymm_ok) f &= ~(unsigned)(DECODE_CPU_FMA | DECODE_CPU_F16C);
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        if (ymm_ok && (b & (1u << 5))) f |= DECODE_CPU_AVX2;
+        if (ymm_ok && (b & (1u << 16)) && (xlo & 0xE6u) == 0xE6u) f |= DECODE_CPU_AVX512F;
+    }
+    return f;
+}
+#else
+static unsigned cpu_features(void) { return 0; }
+#endif
+
+unsigned decode_cpu_features(void) { return cpu_features(); }
+
 static const KernelSet *fused_kernels(void)
 {
     static const KernelSet *best;
     if (best) return best;
     const KernelSet *k = &decode_kernels_ref;
     const char *env = getenv("KVC_ISA");
-#if defined(__x86_64__) || defined(__i386__)
-    if (!(env && strcmp(env, "scalar") == 0) && decode_kernels_avx2() && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    unsigned need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C;
+    if (!(env && strcmp(env, "scalar") == 0) && decode_kernels_avx2() && (cpu_features() & need) == need)
         k = decode_kernels_avx2();
-#else
-    (void)env;
-#endif
     best = k;
     return k;
 }

@@ -20,8 +20,8 @@
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
  * The partition does not depend on the thread count, so the output is bit-identical for any --threads.
  *
- * Implementations: DECODE_FUSED (AVX2+FMA+F16C when the CPU has them, checked with
- * __builtin_cpu_supports at decoder_create; else the scalar kernels), DECODE_REF (the scalar `_ref`
+ * Implementations: DECODE_FUSED (AVX2+FMA+F16C when the CPU and OS have them, checked with cpuid and
+ * xgetbv at the first decoder_create; else the scalar kernels), DECODE_REF (the scalar `_ref`
  * kernels, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
@@ -72,6 +72,10 @@ void decoder_free(Decoder *d);   /* NULL-safe */
  * StoreTensors (one per layer and KV head; an eviction method passes its kept rows, T = kept) is timed with
  * this function, and decode_speedup = (the same call on f16 tensors of the exact K/V) / decode_ns. */
 int decode_time_ns(double *ns, const DecodeCache *c, size_t Hq, const float *q, int threads, int repeat);
+
+/* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
+enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8 };
+unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx2" or "scalar". */
 const char *decode_isa(void);

@@ -1,9 +1,9 @@
 /* kernels_avx2: the decode kernels with AVX2 + FMA + F16C intrinsics (see kernels.h). This file alone is
- * compiled with -mavx2 -mfma -mf16c; decode.c calls it only after __builtin_cpu_supports says the CPU has
- * all three. Its scalar twins are in kernels_ref.c.
+ * compiled with -mavx2 -mfma -mf16c; decode.c calls it only after cpuid and xgetbv say the CPU and OS
+ * have all three. Its scalar twins are in kernels_ref.c.
  *
  * Every format is read in "units": a few stored bytes that expand to 1..4 vectors of 8 floats
- * (cvt_unit). f32/f16/bf16/e4m3/e5m2/int8: 8 values; int4: 8 bytes = 16 values (low nibbles, then high
+ * (cvt_unit). f32/f16/bf16/e5m2/int8: 8 values; e4m3: 16 values; int4: 8 bytes = 16 values (low nibbles, then high
  * nibbles: kernel order, see col_order); int2: 8 bytes = 32 values; q8_0/q4_0: one 32-value block with its
  * FP16 scale. E4M3 is widened to FP16 by a shift (its value is that FP16 times 256; the caller folds the 256
  * into the query and the output); E5M2 is the top byte of an FP16.
@@ -32,7 +32,7 @@
 INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0; }
 INLINE size_t unit_of(StoreType t)
 {
-    return t == STORE_INT4 ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
+    return (t == STORE_INT4 || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
 }
 INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
 INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
@@ -40,7 +40,8 @@ INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
     switch (t) {
     case STORE_F32: return 32;
     case STORE_F16:
-    case STORE_BF16: return 16;
+    case STORE_BF16:
+    case STORE_E4M3: return 16;
     case STORE_Q8_0: return sizeof(StoreBlockQ8_0);
     case STORE_Q4_0: return sizeof(StoreBlockQ4_0);
     default: return 8;
@@ -60,10 +61,12 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
         break;
     case STORE_E4M3: {
-        /* sign-extended byte << 7: exponent and mantissa land in FP16 position, the sign in bits 14 and 15;
-         * clear bit 14 (0xBFFF as int16 is -16385) */
-        __m128i w = _mm_slli_epi16(_mm_cvtepi8_epi16(load8(p)), 7);
-        x[0] = _mm256_cvtph_ps(_mm_and_si128(w, _mm_set1_epi16(-16385)));
+        /* 16 codes: sign-extended byte << 7 puts exponent and mantissa in FP16 position and the sign in bits
+         * 14 and 15; clear bit 14 (0xBFFF as int16 is -16385) */
+        __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)), 7);
+        w = _mm256_and_si256(w, _mm256_set1_epi16(-16385));
+        x[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+        x[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
         break;
     }
     case STORE_E5M2: x[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(_mm_setzero_si128(), load8(p))); break;

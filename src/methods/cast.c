@@ -34,10 +34,8 @@ static const ParamDesc params[] = {
     {.name = "scale", .kind = PARAM_ENUM, .def = SC_NONE, .choices = scale_choices,
      .help = "FP32 scale amax / format max per layer (tensor), per head or per token; none = 1 (vLLM's default)"},
     {.name = "apply_to", .kind = PARAM_ENUM, .def = APPLY_KV, .choices = apply_to_choices, .help = "which tensors are cast"},
-    {.name = "rotate", .kind = PARAM_ENUM, .def = ROTATE_NONE, .choices = qprep_rotate_choices,
-     .help = "hadamard: random-sign Walsh-Hadamard rotation along D first (D a power of two)"},
-    {.name = "outliers", .kind = PARAM_NUM, .num_def = 0.0, .num_lo = 0.0, .num_hi = 0.5,
-     .help = "fraction of the largest |x| kept in FP16 with int32 indices (6 bytes each; dense-and-sparse)"},
+    QPREP_ROTATE_PARAM(),
+    QPREP_OUTLIERS_PARAM(),
 };
 
 static int check(const Experiment *ex, const Dims *d)

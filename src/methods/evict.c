@@ -24,7 +24,6 @@
 #include "util.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +32,8 @@ uint64_t evict_kept_bytes(size_t n, const MethodInput *in)
     uint64_t per_tensor = 2 * (uint64_t)n * in->D;
     return in->V ? 2 * per_tensor : per_tensor;
 }
+
+uint64_t evict_indexed_bytes(size_t n, const MethodInput *in) { return evict_kept_bytes(n, in) + 4 * (uint64_t)n; }
 
 /* ---- budgets ---- */
 
@@ -53,13 +54,9 @@ int evict_budget_check(const Experiment *ex, const Dims *d)
 {
     long b = exp_param(ex, "budget");
     double r = exp_param_num(ex, "keep_ratio");
-    if (b == 0 && r == 0) {
-        char where[96];
-        if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu.budget", ex->src, ex->step);
-        else snprintf(where, sizeof where, "experiments.%zu.budget", ex->src);
+    if (b == 0 && r == 0)
         return kvc_fail("%s: missing required parameter of %s: budget (tokens kept, 1..tokens = %zu) or keep_ratio "
-                        "(the fraction kept) (got nothing)", where, ex->method->name, d->T);
-    }
+                        "(the fraction kept) (got nothing)", exp_path(ex, "budget"), ex->method->name, d->T);
     if (b > 0 && r > 0)
         return kvc_fail("%s: give budget or keep_ratio, not both (got budget %ld and keep_ratio %g)",
                         exp_param_path(ex, "keep_ratio"), b, r);
@@ -210,7 +207,7 @@ static int tk_apply(Compressed *out, const Experiment *ex, const MethodInput *in
     size_t budget = (size_t)exp_param(ex, "budget");
     memset(out, 0, sizeof *out);
     evict_select(out, in->w_ref, NULL, in->T, budget);
-    out->bytes = evict_kept_bytes(out->n_kept, in) + 4 * (uint64_t)out->n_kept;
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 
@@ -238,7 +235,7 @@ static int kn_apply(Compressed *out, const Experiment *ex, const MethodInput *in
     memset(out, 0, sizeof *out);
     evict_select(out, score, NULL, in->T, evict_budget(ex, in->T));
     free(score);
-    out->bytes = evict_kept_bytes(out->n_kept, in) + 4 * (uint64_t)out->n_kept;
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 
@@ -264,24 +261,6 @@ static const ParamDesc rnd_params[] = {
      .help = "which draw: another value, another random subset"},
 };
 
-/* Appends the 32-bit words of a decimal integer (least significant first, numpy's _int_to_uint32_array: at
- * least one word, no high zero words) to w; returns the count. w has room for strlen(s) / 9 + 2 words. */
-static size_t decimal_words(uint32_t *w, const char *s)
-{
-    size_t n = 1;
-    w[0] = 0;
-    for (; *s; s++) {
-        uint64_t carry = (uint64_t)(*s - '0');
-        for (size_t k = 0; k < n; k++) {
-            uint64_t t = (uint64_t)w[k] * 10u + carry;
-            w[k] = (uint32_t)t;
-            carry = t >> 32;
-        }
-        if (carry) w[n++] = (uint32_t)carry;
-    }
-    return n;
-}
-
 /* Appends numpy's words of a non-negative integer < 2^64. */
 static size_t u64_words(uint32_t *w, uint64_t x)
 {
@@ -298,7 +277,7 @@ static int rnd_apply(Compressed *out, const Experiment *ex, const MethodInput *i
     const char *seed = in->seed ? in->seed : "0";
     size_t len = strlen(seed), n;
     uint32_t *w = xmalloc((len / 9 + 2 + 8) * sizeof *w);
-    n = decimal_words(w, seed);
+    n = rng_decimal_words(w, seed);
     n += u64_words(w + n, RANDOM_STREAM_TAG);
     n += u64_words(w + n, (uint64_t)exp_param(ex, "draw"));
     n += u64_words(w + n, in->layer);
@@ -311,7 +290,7 @@ static int rnd_apply(Compressed *out, const Experiment *ex, const MethodInput *i
     memset(out, 0, sizeof *out);
     evict_select(out, score, NULL, in->T, evict_budget(ex, in->T));
     free(score);
-    out->bytes = evict_kept_bytes(out->n_kept, in) + 4 * (uint64_t)out->n_kept;
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 

@@ -25,6 +25,8 @@ size_t evict_kept_tokens(const Experiment *ex, const Dims *d);
 
 /* FP16 bytes of n kept rows of every tensor the cache holds. */
 uint64_t evict_kept_bytes(size_t n, const MethodInput *in);
+/* The same plus the int32 index of each kept row: the bytes of a method that stores which rows it kept. */
+uint64_t evict_indexed_bytes(size_t n, const MethodInput *in);
 
 /* Fills out->kept with the rows where forced[t] is set plus the k best of the others by score (larger first, ties
  * to the earlier row), ascending; forced may be NULL. out->n_kept is the count; bytes are the caller's. */

@@ -20,11 +20,9 @@
  */
 #include "methods/evict.h"
 #include "attention.h"
-#include "linalg.h"
 #include "util.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,23 +42,14 @@ static void obs_weights(double *w, const MethodInput *in, size_t g, size_t j)
     memset(w, 0, in->T * sizeof *w);
     if (c == 0) return;
     attn_scores(w, in->Q_obs + (g * in->n_obs + j) * D, Ka, c, D);
-    double m = -INFINITY;
-    for (size_t t = 0; t < c; t++)
-        if (w[t] > m) m = w[t];
-    for (size_t t = 0; t < c; t++) w[t] = exp(w[t] - m);
-    double sum = la_sum(w, c);
-    for (size_t t = 0; t < c; t++) w[t] = w[t] / sum;
+    attn_softmax(w, c);
 }
 
 static int observe_check(const Experiment *ex, const Dims *d)
 {
-    if (d->n_obs == 0) {
-        char where[64];
-        if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu.method", ex->src, ex->step);
-        else snprintf(where, sizeof where, "experiments.%zu.method", ex->src);
+    if (d->n_obs == 0)
         return kvc_fail("%s: %s scores tokens by the attention of observation queries; add data.observe (got \"%s\")",
-                        where, ex->method->name, ex->method->name);
-    }
+                        exp_path(ex, "method"), ex->method->name, ex->method->name);
     return evict_budget_check(ex, d);
 }
 
@@ -70,11 +59,6 @@ static int runtime_observe(const Experiment *ex, const MethodInput *in)
         return kvc_fail("%s (layer %zu, head %zu): no observation queries to score tokens with (got none)",
                         ex->method->name, in->layer, in->head);
     return 0;
-}
-
-static void finish(Compressed *out, const MethodInput *in)
-{
-    out->bytes = evict_kept_bytes(out->n_kept, in) + 4 * (uint64_t)out->n_kept;
 }
 
 /* ---- h2o ---- */
@@ -101,7 +85,7 @@ static int h2o_apply(Compressed *out, const Experiment *ex, const MethodInput *i
     for (size_t t = T - recent; t < T; t++) forced[t] = 1;
     evict_select(out, acc, forced, T, budget - recent);
     free(acc); free(w); free(forced);
-    finish(out, in);
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 
@@ -188,7 +172,7 @@ static int snap_apply(Compressed *out, const Experiment *ex, const MethodInput *
     size_t nw = T - P;
     evict_select(out, score, forced, T, budget > nw ? budget - nw : 0);
     free(score); free(v); free(w); free(forced);
-    finish(out, in);
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 
@@ -221,7 +205,7 @@ static int tova_apply(Compressed *out, const Experiment *ex, const MethodInput *
     }
     evict_select(out, score, NULL, T, evict_budget(ex, T));
     free(score); free(w);
-    finish(out, in);
+    out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
 

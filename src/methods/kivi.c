@@ -28,8 +28,7 @@ static const ParamDesc params[] = {
      .help = "the most recent tokens, kept in FP16 (all of them when tokens <= residual)"},
     {.name = "scale_dtype", .kind = PARAM_ENUM, .def = SCALE_FP16_EXACT, .choices = qprep_scale_choices,
      .help = "scales and mins: fp16_exact (as stored), fp16 (applied unrounded, as the lesson's quantizer), fp32"},
-    {.name = "rotate", .kind = PARAM_ENUM, .def = ROTATE_NONE, .choices = qprep_rotate_choices,
-     .help = "hadamard: random-sign Walsh-Hadamard rotation along D first (D a power of two)"},
+    QPREP_ROTATE_PARAM(),
     {.name = "outliers", .kind = PARAM_NUM, .num_def = 0.0, .num_lo = 0.0, .num_hi = 0.5,
      .help = "fraction of the largest |x| of the quantized tokens kept in FP16 with int32 indices (6 bytes each)"},
 };

@@ -14,7 +14,6 @@
 #include "linalg.h"
 #include "util.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,13 +34,9 @@ static int check(const Experiment *ex, const Dims *d)
     int joint = exp_param(ex, "joint") != 0;
     size_t rows = joint ? d->T * (d->kv_heads ? d->kv_heads : 1) : d->T;
     size_t rmax = rows < d->D ? rows : d->D;
-    if (r == 0 && e == 0) {
-        char where[96];
-        if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu.rank", ex->src, ex->step);
-        else snprintf(where, sizeof where, "experiments.%zu.rank", ex->src);
+    if (r == 0 && e == 0)
         return kvc_fail("%s: missing required parameter of lowrank: rank (1..min(tokens, head_dim) = %zu) or energy "
-                        "(a fraction in (0, 1]) (got nothing)", where, rmax);
-    }
+                        "(a fraction in (0, 1]) (got nothing)", exp_path(ex, "rank"), rmax);
     if (r > 0 && e > 0)
         return kvc_fail("%s: give rank or energy, not both (got rank %ld and energy %g)", exp_param_path(ex, "energy"),
                         r, e);

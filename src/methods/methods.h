@@ -141,6 +141,9 @@ int exp_param_listed(const Experiment *ex, size_t i);
 /* JSON path a parameter's value came from, e.g. "experiments.0.bits.1" or "experiments.2.steps.1.bits"
  * (static buffer, for messages) */
 const char *exp_param_path(const Experiment *ex, const char *name);
+/* JSON path of a key of the experiment or pipeline step itself, e.g. "experiments.0.method" or
+ * "experiments.2.steps.1.budget" (a parameter that was not given); a static buffer of its own, for messages */
+const char *exp_path(const Experiment *ex, const char *key);
 
 void compressed_free(Compressed *c);
 

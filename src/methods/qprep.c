@@ -10,42 +10,9 @@
 
 const char *const qprep_rotate_choices[] = {"none", "hadamard", NULL};
 
-/* An entry ranked for the outliers: larger |x| first, then the lower index. */
-typedef struct {
-    double a;
-    size_t i;
-} Mag;
-
-static int ahead(const Mag *x, const Mag *y) { return x->a != y->a ? x->a > y->a : x->i < y->i; }
-
-static void swap_mag(Mag *x, Mag *y)
-{
-    Mag t = *x;
-    *x = *y;
-    *y = t;
-}
-
-/* Rearranges m[0..n) so that m[0..k) are the k first in rank (quickselect, three-way partition); 1 <= k <= n. */
-static void select_first(Mag *m, size_t n, size_t k)
-{
-    size_t lo = 0, hi = n, kk = k - 1;
-    while (hi - lo > 1) {
-        Mag p = m[lo + (hi - lo) / 2];
-        size_t lt = lo, i = lo, gt = hi;
-        while (i < gt) {
-            if (ahead(&m[i], &p)) swap_mag(&m[lt++], &m[i++]);
-            else if (ahead(&p, &m[i])) swap_mag(&m[i], &m[--gt]);
-            else i++;
-        }
-        if (kk < lt) hi = lt;
-        else if (kk >= gt) lo = gt;
-        else return;
-    }
-}
-
 static int by_index(const void *a, const void *b)
 {
-    size_t x = ((const Mag *)a)->i, y = ((const Mag *)b)->i;
+    size_t x = ((const Ranked *)a)->i, y = ((const Ranked *)b)->i;
     return (x > y) - (x < y);
 }
 
@@ -66,9 +33,9 @@ int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int r
     }
     size_t n = rows * D, k = p > 0 ? (size_t)floor(p * (double)n) : 0;
     if (k == 0) return 0;
-    Mag *m = xmalloc(n * sizeof *m);
-    for (size_t i = 0; i < n; i++) m[i] = (Mag){fabs(q->x[i]), i};
-    select_first(m, n, k);
+    Ranked *m = xmalloc(n * sizeof *m);   /* the outliers: larger |x| first, then the lower index */
+    for (size_t i = 0; i < n; i++) m[i] = (Ranked){fabs(q->x[i]), i};
+    select_top(m, n, k);
     qsort(m, k, sizeof *m, by_index);
     q->n_out = k;
     q->sparse = xmalloc(6 * k);

@@ -35,6 +35,16 @@ typedef struct QPrep {
 extern const char *const qprep_rotate_choices[];
 enum { ROTATE_NONE = 0, ROTATE_HADAMARD = 1 };
 
+/* The parameter rows "rotate" and "outliers" of a quantizer's table (what qprep_init's rotate and p come from).
+ * More designated initializers may be given in the parentheses (quantize: .id_when_set = 1). */
+#define QPREP_ROTATE_PARAM(...)                                                                                   \
+    {.name = "rotate", .kind = PARAM_ENUM, .def = ROTATE_NONE, .choices = qprep_rotate_choices,                   \
+     .help = "hadamard: random-sign Walsh-Hadamard rotation along D first (D a power of two)", __VA_ARGS__}
+#define QPREP_OUTLIERS_PARAM(...)                                                                                 \
+    {.name = "outliers", .kind = PARAM_NUM, .num_def = 0.0, .num_lo = 0.0, .num_hi = 0.5,                         \
+     .help = "fraction of the largest |x| kept in FP16 with int32 indices (6 bytes each; dense-and-sparse)",      \
+     __VA_ARGS__}
+
 /* Steps 1-2 on x (T, D); rows <= T. seed: the config's seed (NULL: "0"). Returns 0 or -1 with kvc_fail set. */
 int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int rotate, double p, const char *seed);
 /* Step 4 on y (T, D), the quantizer's read-back of q->x (rows it did not quantize hold what it kept). */

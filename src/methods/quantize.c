@@ -34,10 +34,8 @@ static const ParamDesc params[] = {
      .help = "channels (axis token) or tokens (axis channel) per scale group; 0 = the whole row or column"},
     {.name = "scale_dtype", .kind = PARAM_ENUM, .def = SCALE_FP16, .choices = qprep_scale_choices, .id_when_set = 1,
      .help = "fp16: 2 bytes, applied unrounded (the lesson's simplification); fp16_exact: rounded to FP16 as stored; fp32: 4 bytes"},
-    {.name = "rotate", .kind = PARAM_ENUM, .def = ROTATE_NONE, .choices = qprep_rotate_choices, .id_when_set = 1,
-     .help = "hadamard: random-sign Walsh-Hadamard rotation along D first (D a power of two)"},
-    {.name = "outliers", .kind = PARAM_NUM, .num_def = 0.0, .num_lo = 0.0, .num_hi = 0.5, .id_when_set = 1,
-     .help = "fraction of the largest |x| kept in FP16 with int32 indices (6 bytes each; dense-and-sparse)"},
+    QPREP_ROTATE_PARAM(.id_when_set = 1),
+    QPREP_OUTLIERS_PARAM(.id_when_set = 1),
 };
 
 static int check(const Experiment *ex, const Dims *d)

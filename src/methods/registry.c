@@ -113,18 +113,24 @@ int exp_param_listed(const Experiment *ex, size_t i)
     return ex->p[i] != pd->def;
 }
 
+const char *exp_path(const Experiment *ex, const char *key)
+{
+    static char buf[128];
+    if (ex->is_step) snprintf(buf, sizeof buf, "experiments.%zu.steps.%zu.%s", ex->src, ex->step, key);
+    else snprintf(buf, sizeof buf, "experiments.%zu.%s", ex->src, key);
+    return buf;
+}
+
 const char *exp_param_path(const Experiment *ex, const char *name)
 {
     static char buf[160];
-    char where[64];
     int i = method_param_index(ex->method, name);
     assert(i >= 0);
-    if (ex->is_step) snprintf(where, sizeof where, "experiments.%zu.steps.%zu", ex->src, ex->step);
-    else snprintf(where, sizeof where, "experiments.%zu", ex->src);
+    const char *where = exp_path(ex, name);
     if (ex->pos[i] >= 0)
-        snprintf(buf, sizeof buf, "%s.%s.%d", where, name, ex->pos[i]);
+        snprintf(buf, sizeof buf, "%s.%d", where, ex->pos[i]);
     else
-        snprintf(buf, sizeof buf, "%s.%s%s", where, name, ex->pos[i] == POS_DEFAULT ? " (default)" : "");
+        snprintf(buf, sizeof buf, "%s%s", where, ex->pos[i] == POS_DEFAULT ? " (default)" : "");
     return buf;
 }
 
