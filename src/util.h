@@ -45,8 +45,8 @@ size_t edit_distance(const char *a, const char *b);
  * argv[*i] is something else, -1 after kvc_fail when NAME is the last word. */
 int opt_value(int argc, char **argv, int *i, const char *name, const char **val);
 
-/* Appends s[0..n) to the NUL-terminated string (*buf, *len, *cap), growing the buffer (to twice what it then
- * needs) when it is full; *buf may start NULL with *len == *cap == 0. */
+/* Appends s[0..n) to the string *buf (xmalloc'd, *cap > 0 bytes, *len of them used before the NUL), growing the
+ * buffer to twice what it then needs when it is full. */
 void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 
 /* A value with its index, ranked for "the k largest": larger v first, ties to the lower i. */

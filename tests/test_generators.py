@@ -12,12 +12,14 @@ layers, heads and queries", "Realistic generators", "Output columns"), checked t
 Run from the project root: /usr/bin/python3 tests/test_generators.py   (KVC=path overrides ./kvc)
 Prints "PASS <name>" / "FAIL <name>: <why>" per check; exits 1 if any check failed.
 """
+import atexit
 import copy
 import csv
 import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ import oracle  # noqa: E402
 KVC = os.environ.get("KVC", "./kvc")
 failed = 0
 TMP = tempfile.mkdtemp(prefix="kvc-test-gen-")
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 
 def report(name, why):
