@@ -1,5 +1,5 @@
 # kvc Makefile: one binary, ./kvc.  `make`, `make test`, `make results`, `make install`, `make clean`.
-# Quality-path numerics must match numpy: -ffp-contract=off, never -ffast-math / -Ofast.
+# Quality-path numerics must match numpy: -ffp-contract=off, and never the fast-math or O-fast options.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -41,7 +41,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Decode speed path: only kernels_avx2.c gets the ISA flags (on x86); decode.c calls it after a runtime
-# CPU check (cpuid + xgetbv) and falls back to the scalar _ref kernels. Never -ffast-math.
+# CPU check (cpuid + xgetbv) and falls back to the scalar _ref kernels. Never fast-math.
 # -g1 (line tables): the unrolled intrinsics make full debug info slow to build. Under make sanitize the file
 # keeps ASan but not UBSan (both together take minutes on this one file; ASan still checks every vector load).
 ifneq ($(filter x86_64 amd64 i386 i686,$(shell uname -m)),)
