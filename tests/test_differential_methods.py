@@ -314,15 +314,7 @@ def main():
         print("FAIL methods-generate: oracle raised %s: %s" % (type(e).__name__, e))
         return 1
     tmp = tempfile.mkdtemp(prefix="kvc-methods-")
-    failed = 0
-    for name, cfg, per_head in configs:
-        test = name + ("-per-head" if per_head else "")
-        why, n_rows = difftools.check_config(tmp, name, cfg, per_head)
-        if why:
-            failed += 1
-            print("FAIL %s: %s" % (test, why))
-        else:
-            print("PASS %s (%d rows)" % (test, n_rows))
+    failed = difftools.check_all(tmp, configs, show_rows=True)
     failed += self_checks(tmp)
     return difftools.finish(tmp, failed)
 

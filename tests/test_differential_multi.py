@@ -184,16 +184,7 @@ def main():
         print("FAIL multi-generate: oracle raised %s: %s" % (type(e).__name__, e))
         return 1
     tmp = tempfile.mkdtemp(prefix="kvc-multi-")
-    failed = 0
-    for name, cfg, per_head in configs:
-        test = name + ("-per-head" if per_head else "")
-        why, _ = difftools.check_config(tmp, name, cfg, per_head)
-        if why:
-            failed += 1
-            print("FAIL %s: %s" % (test, why))
-        else:
-            print("PASS %s" % test)
-    return difftools.finish(tmp, failed)
+    return difftools.finish(tmp, difftools.check_all(tmp, configs))
 
 
 if __name__ == "__main__":

@@ -149,14 +149,7 @@ def main():
         print("FAIL quant-generate: oracle raised %s: %s" % (type(e).__name__, e))
         return 1
     tmp = tempfile.mkdtemp(prefix="kvc-quant-")
-    failed = 0
-    for name, cfg, per_head in configs:
-        why, n_rows = difftools.check_config(tmp, name, cfg, per_head, timeout=300)
-        if why:
-            failed += 1
-            print("FAIL quant-%s: %s" % (name, why))
-        else:
-            print("PASS quant-%s (%d rows)" % (name, n_rows))
+    failed = difftools.check_all(tmp, configs, prefix="quant-", per_head_suffix=False, show_rows=True, timeout=300)
     return difftools.finish(tmp, failed)
 
 
