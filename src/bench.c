@@ -19,7 +19,10 @@
 typedef struct Spec {
     char name[64];
     StoreFormat k, v;
+    size_t resid;   /* kiviB: the last `resid` tokens in FP16 (a second segment), else 0 */
 } Spec;
+
+enum { KIVI_GROUP = 32, KIVI_RESIDUAL = 128 };   /* KIVI's defaults (src/methods/kivi.c) */
 
 typedef struct Opts {
     size_t T, L, Hkv, D;
@@ -36,7 +39,7 @@ typedef struct Opts {
 } Opts;
 
 static const char *const default_formats =
-    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,lr32/f16";
+    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,lr32/f16,kivi4,kivi2";
 
 /* ---- arguments ----------------------------------------------------------------------------------------------- */
 
@@ -83,6 +86,14 @@ static int parse_specs(Opts *o, const char *s)
             break;
         }
         strcpy(sp->name, tok);
+        if (strcmp(tok, "kivi2") == 0 || strcmp(tok, "kivi4") == 0 || strcmp(tok, "kivi8") == 0) {
+            int b = tok[4] - '0';
+            sp->k = store_intn_format(b, 1, STORE_AXIS_CHANNEL, KIVI_GROUP, STORE_SCALE_F16);
+            sp->v = store_intn_format(b, 1, STORE_AXIS_TOKEN, KIVI_GROUP, STORE_SCALE_F16);
+            sp->resid = KIVI_RESIDUAL;
+            o->n_specs++;
+            continue;
+        }
         char *slash = strchr(tok, '/');
         if (slash) *slash = '\0';
         if (store_format_parse(&sp->k, tok, "bench: --formats") ||
@@ -369,16 +380,21 @@ static void build_tensor(StoreTensor *st, StoreFormat f, const float *x, const S
     free(B);
 }
 
-/* Attention over the dequantized cache in double (the quality path), for every query head. */
-static void reference(double *ref, const StoreTensor *K, const StoreTensor *V, const float *q, const Opts *o, size_t Hq)
+/* Attention over the dequantized cache (main tokens, then the residual) in double (the quality path), for every
+ * query head. */
+static void reference(double *ref, const DecodeCache *c, const float *q, size_t Hq)
 {
-    size_t T = o->T, D = o->D, G = Hq / o->Hkv;
+    size_t T = c->T + c->Tr, D = c->D, G = Hq / c->Hkv;
     double *Kd = xmalloc(T * D * sizeof *Kd), *Vd = xmalloc(T * D * sizeof *Vd), *w = xmalloc(T * sizeof *w);
     double *qd = xmalloc(D * sizeof *qd);
-    for (size_t l = 0; l < o->L; l++)
-        for (size_t h = 0; h < o->Hkv; h++) {
-            store_dequantize_f64(Kd, &K[l * o->Hkv + h]);
-            store_dequantize_f64(Vd, &V[l * o->Hkv + h]);
+    for (size_t l = 0; l < c->L; l++)
+        for (size_t h = 0; h < c->Hkv; h++) {
+            store_dequantize_f64(Kd, &c->K[l * c->Hkv + h]);
+            store_dequantize_f64(Vd, &c->V[l * c->Hkv + h]);
+            if (c->Tr) {
+                store_dequantize_f64(Kd + c->T * D, &c->Kr[l * c->Hkv + h]);
+                store_dequantize_f64(Vd + c->T * D, &c->Vr[l * c->Hkv + h]);
+            }
             for (size_t g = 0; g < G; g++) {
                 size_t qi = l * Hq + h * G + g;
                 for (size_t j = 0; j < D; j++) qd[j] = q[qi * D + j];
@@ -422,6 +438,10 @@ static void print_csv_row(FILE *f, const Opts *o, const Result *r)
     char kf[64], vf[64];
     store_format_name(kf, sizeof kf, r->spec->k);
     store_format_name(vf, sizeof vf, r->spec->v);
+    if (r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
+        snprintf(kf, sizeof kf, "int%da-ch-g%d+f16r%zu", r->spec->k.bits, KIVI_GROUP, r->spec->resid);
+        snprintf(vf, sizeof vf, "int%da-g%d+f16r%zu", r->spec->v.bits, KIVI_GROUP, r->spec->resid);
+    }
     double gbps = (double)r->bytes / r->fused.med / 1e9;
     fprintf(f, "%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%d,%s,%llu,%.4f,%.4f,%.4f,%.2f,%.2f,%.1f,%.1f,%.4f,", r->spec->name, kf, vf,
             o->L, o->Hkv, r->hq, o->T, o->D, r->threads, decode_isa(), (unsigned long long)r->bytes, r->fused.med * 1e3,
@@ -532,19 +552,31 @@ int bench_command(int argc, char **argv)
     size_t n_res = o.n_specs * o.n_hq * o.n_threads, nr = 0;
     Result *res = xcalloc(n_res, sizeof *res);
     StoreTensor *K = xcalloc(n_kv, sizeof *K), *V = xcalloc(n_kv, sizeof *V);
+    StoreTensor *Kr = xcalloc(n_kv, sizeof *Kr), *Vr = xcalloc(n_kv, sizeof *Vr);
     for (size_t s = 0; s < o.n_specs && !rc; s++) {
         const Spec *sp = &o.specs[s];
         fprintf(stderr, "kvc bench: %s\n", sp->name);
         uint64_t bytes = 0;
+        /* kivi: the first T - resid tokens quantized, the rest FP16 (all FP16 when T <= resid) */
+        size_t Tr = sp->resid ? (o.T > sp->resid ? sp->resid : 0) : 0, Tm = o.T - Tr;
+        StoreFormat f16;
+        memset(&f16, 0, sizeof f16);
+        f16.type = STORE_F16;
+        StoreFormat kf = sp->resid && !Tr ? f16 : sp->k, vf = sp->resid && !Tr ? f16 : sp->v;
         for (size_t i = 0; i < n_kv; i++) {
-            build_tensor(&K[i], sp->k, src.K + i * per, &src, o.T, o.D);
-            build_tensor(&V[i], sp->v, src.V + i * per, &src, o.T, o.D);
+            build_tensor(&K[i], kf, src.K + i * per, &src, Tm, o.D);
+            build_tensor(&V[i], vf, src.V + i * per, &src, Tm, o.D);
             bytes += store_bytes(&K[i]) + store_bytes(&V[i]);
+            if (Tr) {
+                build_tensor(&Kr[i], f16, src.K + i * per + Tm * o.D, &src, Tr, o.D);
+                build_tensor(&Vr[i], f16, src.V + i * per + Tm * o.D, &src, Tr, o.D);
+                bytes += store_bytes(&Kr[i]) + store_bytes(&Vr[i]);
+            }
         }
-        DecodeCache dc = {o.L, o.Hkv, o.T, o.D, K, V};
+        DecodeCache dc = {.L = o.L, .Hkv = o.Hkv, .T = Tm, .D = o.D, .K = K, .V = V, .Tr = Tr, .Kr = Kr, .Vr = Vr};
         for (size_t h = 0; h < o.n_hq && !rc; h++) {
             size_t n_out = o.L * o.hq[h] * o.D;
-            reference(ref, K, V, q, &o, o.hq[h]);
+            reference(ref, &dc, q, o.hq[h]);
             for (size_t k = 0; k < o.n_threads && !rc; k++) {
                 Result *re = &res[nr];
                 re->spec = sp, re->hq = o.hq[h], re->threads = o.threads[k], re->bytes = bytes;
@@ -575,6 +607,8 @@ int bench_command(int argc, char **argv)
         for (size_t i = 0; i < n_kv; i++) {
             store_free(&K[i]);
             store_free(&V[i]);
+            store_free(&Kr[i]);
+            store_free(&Vr[i]);
         }
     }
     if (!rc && probe_bandwidth(&o, bw_buf, bw_n, samples, n_samples)) rc = 1;
@@ -612,6 +646,6 @@ int bench_command(int argc, char **argv)
     if (csv_out) fclose(csv_out);
     for (size_t k = 0; k < o.n_threads; k++) free(samples[k]);
     free(bw_buf), free(src.K), free(src.V), free(src.B), free(q), free(out), free(first), free(ref), free(res);
-    free(K), free(V), free(o.specs);
+    free(K), free(V), free(Kr), free(Vr), free(o.specs);
     return rc;
 }

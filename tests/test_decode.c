@@ -136,7 +136,7 @@ static void case_free(Case *c)
 
 static float *run(const Case *c, DecodeImpl impl, int threads, DecodeMode mode)
 {
-    DecodeCache dc = {c->L, c->Hkv, c->T, c->D, c->K, c->V};
+    DecodeCache dc = {c->L, c->Hkv, c->T, c->D, c->K, c->V, 0, NULL, NULL};
     Decoder *d = decoder_create(&dc, c->Hkv * c->G, threads, impl);
     if (!d) {
         printf("FAIL decoder-create: %s\n", kvc_errmsg());
@@ -252,7 +252,7 @@ int main(void)
     /* bad input */
     Case c;
     case_init(&c, "f16", "f16", 1, 2, 1, 4, 64, 1);
-    DecodeCache dc = {1, 2, 4, 64, c.K, c.V};
+    DecodeCache dc = {1, 2, 4, 64, c.K, c.V, 0, NULL, NULL};
     check(decoder_create(&dc, 3, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "multiple of the 2 KV heads"),
           "decode-rejects-hq-not-multiple", kvc_errmsg());
     check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());

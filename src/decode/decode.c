@@ -4,32 +4,48 @@
  * K / V (D, or the rank), nb = ceil(T / DECODE_BLOCK) blocks. */
 #include "decode/decode.h"
 #include "decode/kernels.h"
+#include "decode/kernels_kivi.h"
 #include "decode/pool.h"
 #include "util.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-struct Decoder {
-    DecodeCache c;
-    size_t Hq, G, nb, WK, WV;
-    DecodeImpl impl;
-    const KernelSet *ks;
-    Pool *pool;
-    const StoreTensor *K, *V;   /* what the kernels read: the cache, or its float32 copy (naive) */
-    size_t *permK, *permV;      /* kernel column order */
-    float *qp;                  /* (L*Hq, WK) prepared queries */
-    float *slots;               /* (L*Hq, nb, 2 + WV): m_b, l_b, acc_b */
-    float **S, **acc;           /* per thread: (G, DECODE_BLOCK) scores, (G, WV) accumulators */
-    float **tile;               /* per thread: rows of a format without a kernel, dequantized (generic path) */
-    size_t tile_rows;
-    double **num;               /* per thread: (2 * max(WV, D)) merge scratch */
+/* One segment of the cache: the T main tokens (0) or the Tr residual tokens (1). */
+typedef struct Seg {
+    size_t T, nb, b0;            /* tokens, blocks, index of its first block in the slot order */
+    const StoreTensor *K, *V;    /* the caller's tensors (V NULL: keys only) */
+    const StoreTensor *Kk, *Vk;  /* what the kernels read: the cache, or its float32 copy (naive) */
+    size_t WK, WV;               /* stored columns (WV 0 when keys only) */
+    size_t *permK, *permV;       /* kernel column order */
+    float *qp;                   /* (L*Hq, WK) prepared queries */
+    int kivi_k, kivi_v;          /* read by the KIVI kernels */
+    int tile_k, tile_v;          /* read through dequantized tiles (no kernel) */
     /* naive path */
     float *Kf, *Vf;
     StoreTensor *Kn, *Vn;
-    float **lr;                 /* per thread: low-rank reconstruction scratch */
+} Seg;
+
+struct Decoder {
+    DecodeCache c;
+    size_t Hq, G, nb, SW;       /* nb: blocks of both segments; SW: slot width 2 + max WV */
+    size_t ns;                  /* segments: 1, or 2 with a residual */
+    Seg seg[2];
+    int keys_only;
+    DecodeImpl impl;
+    const KernelSet *ks;
+    const KiviKernels *kk;
+    Pool *pool;
+    float *slots;               /* (L*Hq, nb, SW): m_b, l_b, acc_b */
+    float **S, **acc;           /* per thread: (G, DECODE_BLOCK) scores, (G, max WV) accumulators */
+    float **tile;               /* per thread: rows of a format without a kernel, dequantized (generic path) */
+    size_t tile_rows;
+    float **kscr;               /* per thread: KIVI kernel scratch */
+    double **num;               /* per thread: (4 D + 16) merge and query scratch */
+    float **lr;                 /* per thread (naive): low-rank reconstruction scratch */
     /* the current step */
     float *out;
     const float *q;
@@ -94,6 +110,28 @@ static KRows rows_of(const StoreTensor *st)
     return r;
 }
 
+/* KIVI's quantized form (kernels_kivi.h) with the scale axis `axis`: fills r and returns 1 when the KIVI
+ * kernels read st (asymmetric intN, 2 / 4 / 8 bits, FP16 parameters, W % 8 == 0, groups of a multiple of 8
+ * or one group), else 0. */
+static int kivi_rows(KiviRows *r, const StoreTensor *st, StoreAxis axis)
+{
+    StoreFormat f = st->fmt;
+    if (f.type != STORE_INTN || !f.asym || f.rank || f.axis != axis || f.scale_type != STORE_SCALE_F16 ||
+        (f.bits != 2 && f.bits != 4 && f.bits != 8) || st->W % 8 != 0 || !st->params)
+        return 0;
+    size_t ext = axis == STORE_AXIS_TOKEN ? st->W : st->T, g = f.group && f.group < ext ? f.group : ext;
+    if (g != ext && g % 8 != 0) return 0;
+    r->codes = st->codes;
+    r->row_bytes = st->W * (size_t)f.bits / 8;
+    r->W = st->W;
+    r->bits = f.bits;
+    r->g = g;
+    r->per = axis == STORE_AXIS_TOKEN ? (st->W + g - 1) / g : st->W;
+    r->scale = (const uint16_t *)(const void *)st->params;
+    r->min = r->scale + st->n_groups;
+    return 1;
+}
+
 static int same_format(StoreFormat a, StoreFormat b)
 {
     return a.type == b.type && a.axis == b.axis && a.rank == b.rank && a.bits == b.bits && a.asym == b.asym &&
@@ -128,6 +166,81 @@ static StoreTensor f32_view(float *buf, size_t T, size_t D)
     return st;
 }
 
+/* Every tensor of K (and V) has shape (T, D) and the format of the first. */
+static int check_tensors(const StoreTensor *K, const StoreTensor *V, size_t n_kv, size_t T, size_t D, const char *what)
+{
+    for (size_t i = 0; i < n_kv; i++) {
+        const StoreTensor *k = &K[i], *v = V ? &V[i] : &K[i];
+        if (k->T != T || v->T != T || k->D != D || v->D != D || !same_format(k->fmt, K[0].fmt) ||
+            (V && !same_format(v->fmt, V[0].fmt))) {
+            kvc_fail("decode: every %s tensor must have one format and shape (%zu, %zu) (got tensor %zu: "
+                     "(%zu, %zu) and (%zu, %zu))", what, T, D, i, k->T, k->D, v->T, v->D);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0, int threads)
+{
+    size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D, n_q = d->c.L * d->Hq;
+    KiviRows kr;
+    sg->T = T;
+    sg->nb = (T + DECODE_BLOCK - 1) / DECODE_BLOCK;
+    sg->b0 = b0;
+    sg->K = sg->Kk = K;
+    sg->V = sg->Vk = V;
+    if (d->impl == DECODE_NAIVE) {
+        size_t per = T * D;
+        sg->Kf = xmalloc(n_kv * per * sizeof *sg->Kf);
+        sg->Kn = xcalloc(n_kv, sizeof *sg->Kn);
+        for (size_t i = 0; i < n_kv; i++) sg->Kn[i] = f32_view(sg->Kf + i * per, T, D);
+        sg->Kk = sg->Kn;
+        if (V) {
+            sg->Vf = xmalloc(n_kv * per * sizeof *sg->Vf);
+            sg->Vn = xcalloc(n_kv, sizeof *sg->Vn);
+            for (size_t i = 0; i < n_kv; i++) sg->Vn[i] = f32_view(sg->Vf + i * per, T, D);
+            sg->Vk = sg->Vn;
+        }
+        (void)threads;
+    }
+    sg->WK = sg->Kk[0].W;
+    sg->WV = V ? sg->Vk[0].W : 0;
+    sg->permK = xmalloc(sg->WK * sizeof *sg->permK);
+    d->ks->col_order(sg->permK, sg->Kk[0].fmt.type, sg->WK);
+    if (V) {
+        sg->permV = xmalloc(sg->WV * sizeof *sg->permV);
+        d->ks->col_order(sg->permV, sg->Vk[0].fmt.type, sg->WV);
+    }
+    sg->qp = xmalloc(n_q * sg->WK * sizeof *sg->qp);
+    sg->kivi_k = kivi_rows(&kr, &sg->Kk[0], STORE_AXIS_CHANNEL);
+    sg->kivi_v = V && kivi_rows(&kr, &sg->Vk[0], STORE_AXIS_TOKEN);
+    if (sg->kivi_k) {   /* natural order, no factor: the KIVI kernels read codes as they are stored */
+        for (size_t p = 0; p < sg->WK; p++) sg->permK[p] = p;
+    }
+    if (sg->kivi_v)
+        for (size_t p = 0; p < sg->WV; p++) sg->permV[p] = p;
+    sg->tile_k = !sg->kivi_k && !d->ks->scores[sg->Kk[0].fmt.type];
+    sg->tile_v = V && !sg->kivi_v && !d->ks->vacc[sg->Vk[0].fmt.type];
+}
+
+static void seg_free(Seg *sg)
+{
+    free(sg->permK);
+    free(sg->permV);
+    free(sg->qp);
+    free(sg->Kf);
+    free(sg->Vf);
+    free(sg->Kn);
+    free(sg->Vn);
+}
+
+static const KiviKernels *kivi_kernels(const KernelSet *ks)
+{
+    const KernelSet *avx2 = decode_kernels_avx2();
+    return avx2 && ks == avx2 && decode_kivi_avx2() ? decode_kivi_avx2() : &decode_kivi_ref;
+}
+
 Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl)
 {
     size_t n_kv, n_q, nbytes;
@@ -147,63 +260,59 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
         kvc_fail("decode: too many heads (got L=%zu Hq=%zu)", c->L, Hq);
         return NULL;
     }
-    for (size_t i = 0; i < n_kv; i++) {
-        const StoreTensor *k = &c->K[i], *v = &c->V[i];
-        if (k->T != c->T || v->T != c->T || k->D != c->D || v->D != c->D || !same_format(k->fmt, c->K[0].fmt) ||
-            !same_format(v->fmt, c->V[0].fmt)) {
-            kvc_fail("decode: every K (and every V) tensor must have one format and shape (%zu, %zu) (got tensor %zu: "
-                     "(%zu, %zu) and (%zu, %zu))", c->T, c->D, i, k->T, k->D, v->T, v->D);
-            return NULL;
-        }
+    if (!c->K) {
+        kvc_fail("decode: no key tensors (got K = NULL)");
+        return NULL;
     }
+    if (c->Tr > 0 && (!c->Kr || !c->Vr != !c->V)) {
+        kvc_fail("decode: a residual of %zu tokens needs Kr, and Vr exactly when V is set (got Kr %s, V %s, Vr %s)",
+                 c->Tr, c->Kr ? "set" : "NULL", c->V ? "set" : "NULL", c->Vr ? "set" : "NULL");
+        return NULL;
+    }
+    if (check_tensors(c->K, c->V, n_kv, c->T, c->D, c->V ? "K (and every V)" : "K") ||
+        (c->Tr > 0 && check_tensors(c->Kr, c->Vr, n_kv, c->Tr, c->D, c->Vr ? "Kr (and every Vr)" : "Kr")))
+        return NULL;
     Decoder *d = xcalloc(1, sizeof *d);
     d->c = *c;
     d->Hq = Hq;
     d->G = Hq / c->Hkv;
-    d->nb = (c->T + DECODE_BLOCK - 1) / DECODE_BLOCK;
     d->impl = impl;
+    d->keys_only = c->V == NULL;
     d->ks = impl == DECODE_REF ? &decode_kernels_ref : fused_kernels();
+    d->kk = kivi_kernels(d->ks);
     d->pool = pool_create(threads);
     if (!d->pool) {
         free(d);
         return NULL;
     }
-    d->K = c->K;
-    d->V = c->V;
-    if (impl == DECODE_NAIVE) {
-        size_t per = c->T * c->D;
-        d->Kf = xmalloc(n_kv * per * sizeof *d->Kf);
-        d->Vf = xmalloc(n_kv * per * sizeof *d->Vf);
-        d->Kn = xcalloc(n_kv, sizeof *d->Kn);
-        d->Vn = xcalloc(n_kv, sizeof *d->Vn);
-        for (size_t i = 0; i < n_kv; i++) {
-            d->Kn[i] = f32_view(d->Kf + i * per, c->T, c->D);
-            d->Vn[i] = f32_view(d->Vf + i * per, c->T, c->D);
-        }
-        d->K = d->Kn;
-        d->V = d->Vn;
-        size_t rmax = c->K[0].fmt.rank > c->V[0].fmt.rank ? c->K[0].fmt.rank : c->V[0].fmt.rank;
-        d->lr = per_thread(threads, rmax * (DECODE_BLOCK + c->D));
+    d->ns = c->Tr > 0 ? 2 : 1;
+    seg_init(d, &d->seg[0], c->T, c->K, c->V, 0, threads);
+    if (d->ns == 2) seg_init(d, &d->seg[1], c->Tr, c->Kr, c->Vr, d->seg[0].nb, threads);
+    d->nb = d->seg[0].nb + (d->ns == 2 ? d->seg[1].nb : 0);
+    size_t wk = 0, wv = 0, rmax = 0;
+    int tiles = 0, kivi = 0;
+    for (size_t s = 0; s < d->ns; s++) {
+        const Seg *sg = &d->seg[s];
+        if (sg->WK > wk) wk = sg->WK;
+        if (sg->WV > wv) wv = sg->WV;
+        if (sg->K[0].fmt.rank > rmax) rmax = sg->K[0].fmt.rank;
+        if (sg->V && sg->V[0].fmt.rank > rmax) rmax = sg->V[0].fmt.rank;
+        tiles |= sg->tile_k || sg->tile_v;
+        kivi |= sg->kivi_k || sg->kivi_v;
     }
-    d->WK = d->K[0].W;
-    d->WV = d->V[0].W;
-    d->permK = xmalloc(d->WK * sizeof *d->permK);
-    d->permV = xmalloc(d->WV * sizeof *d->permV);
-    d->ks->col_order(d->permK, d->K[0].fmt.type, d->WK);
-    d->ks->col_order(d->permV, d->V[0].fmt.type, d->WV);
-    d->qp = xmalloc(n_q * d->WK * sizeof *d->qp);
-    d->slots = xmalloc(n_q * d->nb * (2 + d->WV) * sizeof *d->slots);
+    if (impl == DECODE_NAIVE) d->lr = per_thread(threads, rmax * (DECODE_BLOCK + c->D));
+    d->SW = 2 + wv;
+    d->slots = xmalloc(n_q * d->nb * d->SW * sizeof *d->slots);
     d->S = per_thread(threads, d->G * DECODE_BLOCK);
-    size_t wmaxkv = d->WK > d->WV ? d->WK : d->WV;
+    size_t wmaxkv = wk > wv ? wk : wv;
     d->tile_rows = ((size_t)1 << 16) / wmaxkv;
     if (d->tile_rows < 1) d->tile_rows = 1;
     if (d->tile_rows > 256) d->tile_rows = 256;
-    if (!d->ks->scores[d->K[0].fmt.type] || !d->ks->vacc[d->V[0].fmt.type])
-        d->tile = per_thread(threads, d->tile_rows * wmaxkv);
-    d->acc = per_thread(threads, d->G * d->WV);
-    size_t wmax = (d->WV > c->D ? d->WV : c->D) + d->WK;
+    if (tiles) d->tile = per_thread(threads, d->tile_rows * wmaxkv);
+    if (kivi) d->kscr = per_thread(threads, KIVI_SCRATCH(d->G, wmaxkv));
+    d->acc = per_thread(threads, d->G * wv);
     d->num = xcalloc((size_t)threads, sizeof *d->num);
-    for (int i = 0; i < threads; i++) d->num[i] = xcalloc(2 * wmax, sizeof **d->num);
+    for (int i = 0; i < threads; i++) d->num[i] = xcalloc(4 * c->D + 16, sizeof **d->num);
     return d;
 }
 
@@ -212,33 +321,34 @@ void decoder_free(Decoder *d)
     if (!d) return;
     int n = pool_threads(d->pool);
     pool_free(d->pool);
-    free(d->permK);
-    free(d->permV);
-    free(d->qp);
+    for (size_t s = 0; s < d->ns; s++) seg_free(&d->seg[s]);
     free(d->slots);
     free_per_thread((void **)d->S, n);
     free_per_thread((void **)d->acc, n);
     free_per_thread((void **)d->num, n);
     free_per_thread((void **)d->lr, n);
     free_per_thread((void **)d->tile, n);
-    free(d->Kf);
-    free(d->Vf);
-    free(d->Kn);
-    free(d->Vn);
+    free_per_thread((void **)d->kscr, n);
     free(d);
 }
 
 /* ---- step phases ------------------------------------------------------------------------------------------ */
 
-/* Naive path, item = (tensor, chunk of DECODE_BLOCK tokens): dequantize into the float32 copy. */
+/* Naive path, item = (segment, tensor, chunk of DECODE_BLOCK tokens): dequantize into the float32 copy. */
 static void naive_item(void *arg, size_t item, int tid)
 {
     Decoder *d = arg;
-    size_t n_kv = d->c.L * d->c.Hkv, T = d->c.T, D = d->c.D;
-    size_t tensor = item / d->nb, b = item % d->nb, t0 = b * DECODE_BLOCK;
+    size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D;
+    const Seg *sg = &d->seg[0];
+    size_t nt = n_kv * (d->keys_only ? 1 : 2);   /* tensors per segment */
+    if (item >= nt * sg->nb) {
+        item -= nt * sg->nb;
+        sg = &d->seg[1];
+    }
+    size_t T = sg->T, tensor = item / sg->nb, b = item % sg->nb, t0 = b * DECODE_BLOCK;
     size_t n = T - t0 < DECODE_BLOCK ? T - t0 : DECODE_BLOCK;
-    const StoreTensor *st = tensor < n_kv ? &d->c.K[tensor] : &d->c.V[tensor - n_kv];
-    float *dst = (tensor < n_kv ? d->Kf + tensor * T * D : d->Vf + (tensor - n_kv) * T * D) + t0 * D;
+    const StoreTensor *st = tensor < n_kv ? &sg->K[tensor] : &sg->V[tensor - n_kv];
+    float *dst = (tensor < n_kv ? sg->Kf + tensor * T * D : sg->Vf + (tensor - n_kv) * T * D) + t0 * D;
     size_t R = st->fmt.rank;
     if (!R) {
         store_dequantize_rows_f32(dst, st, t0, n);
@@ -258,11 +368,11 @@ static void naive_item(void *arg, size_t item, int tid)
     }
 }
 
-/* q for query head qh of layer l -> the kernels' prepared query (kernel order). */
-static void prepare_query(Decoder *d, size_t l, size_t qh, double *x, double *y)
+/* q for query head qh of layer l -> segment sg's prepared query (kernel order). */
+static void prepare_query(Decoder *d, Seg *sg, size_t l, size_t qh, double *x, double *y)
 {
-    size_t D = d->c.D, W = d->WK;
-    const StoreTensor *K = &d->K[l * d->c.Hkv + qh / d->G];
+    size_t D = d->c.D, W = sg->WK;
+    const StoreTensor *K = &sg->Kk[l * d->c.Hkv + qh / d->G];
     const float *q = d->q + (l * d->Hq + qh) * D;
     double inv = 1.0 / sqrt((double)D);
     for (size_t j = 0; j < D; j++) x[j] = (double)q[j] * inv;
@@ -277,30 +387,39 @@ static void prepare_query(Decoder *d, size_t l, size_t qh, double *x, double *y)
     }
     if (store_type_is_int(K->fmt.type) && K->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < W; j++) y[j] *= store_f16_to_f32(K->scales[j]);
-    double f = d->ks->raw_scale[K->fmt.type] != 0 ? d->ks->raw_scale[K->fmt.type] : 1.0;
+    double f = !sg->kivi_k && d->ks->raw_scale[K->fmt.type] != 0 ? d->ks->raw_scale[K->fmt.type] : 1.0;
     if (f != 1.0)
         for (size_t j = 0; j < W; j++) y[j] *= f;
-    float *o = d->qp + (l * d->Hq + qh) * W;
-    for (size_t p = 0; p < W; p++) o[p] = (float)y[d->permK[p]];
+    float *o = sg->qp + (l * d->Hq + qh) * W;
+    for (size_t p = 0; p < W; p++) o[p] = (float)y[sg->permK[p]];
 }
 
-/* item = (layer, KV head, block): scores, softmax pieces and the weighted V sum of one token block. */
+/* item = (layer, KV head, block of either segment): scores, softmax pieces and the weighted V sum of one token
+ * block. */
 static void block_item(void *arg, size_t item, int tid)
 {
     Decoder *d = arg;
-    size_t nb = d->nb, b = item % nb, lh = item / nb, l = lh / d->c.Hkv, kvh = lh % d->c.Hkv, G = d->G;
-    size_t t0 = b * DECODE_BLOCK, n = d->c.T - t0 < DECODE_BLOCK ? d->c.T - t0 : DECODE_BLOCK, WV = d->WV;
-    KRows kr = rows_of(&d->K[lh]), vr = rows_of(&d->V[lh]);
+    size_t nb = d->nb, bb = item % nb, lh = item / nb, l = lh / d->c.Hkv, kvh = lh % d->c.Hkv, G = d->G;
+    const Seg *sg = d->ns == 2 && bb >= d->seg[1].b0 ? &d->seg[1] : &d->seg[0];
+    size_t b = bb - sg->b0, t0 = b * DECODE_BLOCK, n = sg->T - t0 < DECODE_BLOCK ? sg->T - t0 : DECODE_BLOCK;
+    size_t WK = sg->WK, WV = sg->WV, SW = d->SW;
+    const StoreTensor *K = &sg->Kk[lh];
     float *S = d->S[tid], *acc = d->acc[tid];
     size_t q0 = l * d->Hq + kvh * G;
-    if (d->ks->scores[kr.type]) {
-        d->ks->scores[kr.type](S, DECODE_BLOCK, d->qp + q0 * d->WK, G, &kr, t0, n);
+    const float *qp = sg->qp + q0 * WK;
+    if (sg->kivi_k) {
+        KiviRows kr;
+        kivi_rows(&kr, K, STORE_AXIS_CHANNEL);
+        d->kk->scores(S, DECODE_BLOCK, qp, G, &kr, t0, n, d->kscr[tid]);
+    } else if (!sg->tile_k) {
+        KRows kr = rows_of(K);
+        d->ks->scores[kr.type](S, DECODE_BLOCK, qp, G, &kr, t0, n);
     } else {   /* a format without a kernel: small dequantized tiles through the f32 kernel */
         for (size_t i = 0; i < n; i += d->tile_rows) {
             size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
-            store_dequantize_rows_f32(d->tile[tid], &d->K[lh], t0 + i, nr);
-            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * d->WK, NULL, d->WK};
-            d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, d->qp + q0 * d->WK, G, &tr, 0, nr);
+            store_dequantize_rows_f32(d->tile[tid], K, t0 + i, nr);
+            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * WK, NULL, WK};
+            d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, qp, G, &tr, 0, nr);
         }
     }
     float m[256], lsum[256];
@@ -310,78 +429,103 @@ static void block_item(void *arg, size_t item, int tid)
         if (d->mode == DECODE_FULL)
             for (size_t g = 0; g < gn; g++) lsum[g] = d->ks->exp_sum(S + (g0 + g) * DECODE_BLOCK, n, m[g]);
         for (size_t g = 0; g < gn; g++) {
-            float *slot = d->slots + ((q0 + g0 + g) * nb + b) * (2 + WV);
+            float *slot = d->slots + ((q0 + g0 + g) * nb + bb) * SW;
             slot[0] = m[g];
             slot[1] = d->mode == DECODE_FULL ? lsum[g] : 0.0f;
         }
     }
     if (d->mode != DECODE_FULL) return;
+    const StoreTensor *V = &sg->Vk[lh];
     memset(acc, 0, G * WV * sizeof *acc);
-    if (d->ks->vacc[vr.type]) {
+    if (sg->kivi_v) {
+        KiviRows vr;
+        kivi_rows(&vr, V, STORE_AXIS_TOKEN);
+        d->kk->vacc(acc, S, DECODE_BLOCK, G, &vr, t0, n, d->kscr[tid]);
+    } else if (!sg->tile_v) {
+        KRows vr = rows_of(V);
         d->ks->vacc[vr.type](acc, S, DECODE_BLOCK, G, &vr, t0, n);
     } else {
         for (size_t i = 0; i < n; i += d->tile_rows) {
             size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
-            store_dequantize_rows_f32(d->tile[tid], &d->V[lh], t0 + i, nr);
+            store_dequantize_rows_f32(d->tile[tid], V, t0 + i, nr);
             KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * WV, NULL, WV};
             d->ks->vacc[STORE_F32](acc, S + i, DECODE_BLOCK, G, &tr, 0, nr);
         }
     }
     for (size_t g = 0; g < G; g++)
-        memcpy(d->slots + ((q0 + g) * nb + b) * (2 + WV) + 2, acc + g * WV, WV * sizeof *acc);
+        memcpy(d->slots + ((q0 + g) * nb + bb) * SW + 2, acc + g * WV, WV * sizeof *acc);
 }
 
-/* item = (layer, query head): merge the blocks in order, in double; undo the kernel order and the folded
- * factors; apply a low-rank value basis. */
-static void merge_item(void *arg, size_t item, int tid)
+/* z[0..D) += segment sg's share of the output: num (its merged weighted sum, kernel order, WV columns) / den,
+ * with the kernel order and the folded factors undone and a low-rank value basis applied. y: scratch (D). */
+static void add_segment(const Decoder *d, const Seg *sg, size_t l, size_t qh, double *z, const double *num, double den,
+                        double *y)
 {
-    Decoder *d = arg;
-    size_t nb = d->nb, WV = d->WV, D = d->c.D, l = item / d->Hq, qh = item % d->Hq;
-    const float *slot = d->slots + item * nb * (2 + WV);
-    float *out = d->out + item * D;
-    double mx = -INFINITY;
-    for (size_t b = 0; b < nb; b++)
-        if (slot[b * (2 + WV)] > mx) mx = slot[b * (2 + WV)];
-    if (d->mode == DECODE_KEYS) {
-        memset(out, 0, D * sizeof *out);
-        out[0] = (float)mx;
-        return;
-    }
-    double *num = d->num[tid], *y = num + WV, den = 0.0;
-    memset(num, 0, WV * sizeof *num);
-    for (size_t b = 0; b < nb; b++) {
-        const float *s = slot + b * (2 + WV);
-        double e = exp((double)s[0] - mx);
-        den += e * s[1];
-        for (size_t p = 0; p < WV; p++) num[p] += e * s[2 + p];
-    }
-    const StoreTensor *V = &d->V[l * d->c.Hkv + qh / d->G];
-    for (size_t p = 0; p < WV; p++) y[d->permV[p]] = num[p] / den;
+    size_t WV = sg->WV, D = d->c.D;
+    const StoreTensor *V = &sg->Vk[l * d->c.Hkv + qh / d->G];
+    for (size_t p = 0; p < WV; p++) y[sg->permV[p]] = num[p] / den;
     if (store_type_is_int(V->fmt.type) && V->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < WV; j++) y[j] *= store_f16_to_f32(V->scales[j]);
-    double f = d->ks->raw_scale[V->fmt.type] != 0 ? d->ks->raw_scale[V->fmt.type] : 1.0;
+    double f = !sg->kivi_v && d->ks->raw_scale[V->fmt.type] != 0 ? d->ks->raw_scale[V->fmt.type] : 1.0;
     if (f != 1.0)
         for (size_t j = 0; j < WV; j++) y[j] *= f;
     if (!V->fmt.rank) {
-        for (size_t j = 0; j < D; j++) out[j] = (float)y[j];
+        for (size_t j = 0; j < D; j++) z[j] += y[j];
         return;
     }
     for (size_t j = 0; j < D; j++) {
         double a = 0.0;
         for (size_t r = 0; r < WV; r++) a += y[r] * store_f16_to_f32(V->basis[r * D + j]);
-        out[j] = (float)a;
+        z[j] += a;
     }
+}
+
+/* item = (layer, query head): merge the blocks of both segments in order, in double. */
+static void merge_item(void *arg, size_t item, int tid)
+{
+    Decoder *d = arg;
+    size_t nb = d->nb, SW = d->SW, D = d->c.D, l = item / d->Hq, qh = item % d->Hq;
+    const float *slot = d->slots + item * nb * SW;
+    float *out = d->out + item * D;
+    double mx = -INFINITY;
+    for (size_t b = 0; b < nb; b++)
+        if (slot[b * SW] > mx) mx = slot[b * SW];
+    if (d->mode == DECODE_KEYS) {
+        memset(out, 0, D * sizeof *out);
+        out[0] = (float)mx;
+        return;
+    }
+    double *num = d->num[tid], *y = num + D, *z = y + D, den = 0.0;
+    for (size_t b = 0; b < nb; b++) den += exp((double)slot[b * SW] - mx) * slot[b * SW + 1];
+    memset(z, 0, D * sizeof *z);
+    for (size_t s = 0; s < d->ns; s++) {
+        const Seg *sg = &d->seg[s];
+        memset(num, 0, sg->WV * sizeof *num);
+        for (size_t b = sg->b0; b < sg->b0 + sg->nb; b++) {
+            const float *sb = slot + b * SW;
+            double e = exp((double)sb[0] - mx);
+            for (size_t p = 0; p < sg->WV; p++) num[p] += e * sb[2 + p];
+        }
+        add_segment(d, sg, l, qh, z, num, den, y);
+    }
+    for (size_t j = 0; j < D; j++) out[j] = (float)z[j];
 }
 
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode)
 {
+    assert(mode == DECODE_KEYS || !d->keys_only);   /* a keys-only cache has no attention output */
     size_t n_kv = d->c.L * d->c.Hkv, n_q = d->c.L * d->Hq;
     d->out = out;
     d->q = q;
     d->mode = mode;
-    if (d->impl == DECODE_NAIVE) pool_run(d->pool, naive_item, d, 2 * n_kv * d->nb);
+    if (d->impl == DECODE_NAIVE) {
+        size_t nt = n_kv * (d->keys_only ? 1 : 2), items = 0;
+        for (size_t s = 0; s < d->ns; s++) items += nt * d->seg[s].nb;
+        pool_run(d->pool, naive_item, d, items);
+    }
     double *x = d->num[0], *y = x + d->c.D;
-    for (size_t i = 0; i < n_q; i++) prepare_query(d, i / d->Hq, i % d->Hq, x, y);
+    for (size_t s = 0; s < d->ns; s++)
+        for (size_t i = 0; i < n_q; i++) prepare_query(d, &d->seg[s], i / d->Hq, i % d->Hq, x, y);
     pool_run(d->pool, block_item, d, n_kv * d->nb);
     pool_run(d->pool, merge_item, d, n_q);
 }
@@ -392,24 +536,47 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int decode_time_ns(double *ns, const DecodeCache *c, size_t Hq, const float *q, int threads, int repeat)
+static double median_sorted(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
+                     const float *q, int threads, int repeat, DecodeMode mode)
 {
     if (repeat < 1) return kvc_fail("decode: repeat must be at least 1 (got %d)", repeat);
-    Decoder *d = decoder_create(c, Hq, threads, DECODE_FUSED);
-    if (!d) return -1;
-    float *out = xmalloc(c->L * Hq * c->D * sizeof *out);
-    double *t = xmalloc((size_t)repeat * sizeof *t);
-    decoder_step(d, out, q, DECODE_FULL);
+    if (a->L != b->L || a->D != b->D)
+        return kvc_fail("decode: the two caches must have the same layers and head dim (got L %zu / %zu, D %zu / %zu)",
+                        a->L, b->L, a->D, b->D);
+    if (mode == DECODE_FULL && (!a->V || !b->V))
+        return kvc_fail("decode: a keys-only cache (V = NULL) is timed with DECODE_KEYS (got DECODE_FULL)");
+    Decoder *da = decoder_create(a, Hq, threads, DECODE_FUSED);
+    if (!da) return -1;
+    Decoder *db = decoder_create(b, Hq, threads, DECODE_FUSED);
+    if (!db) {
+        decoder_free(da);
+        return -1;
+    }
+    float *out = xmalloc(a->L * Hq * a->D * sizeof *out);
+    double *ta = xmalloc((size_t)repeat * sizeof *ta), *tb = xmalloc((size_t)repeat * sizeof *tb);
+    decoder_step(da, out, q, mode);
+    decoder_step(db, out, q, mode);
     for (int r = 0; r < repeat; r++) {
         double t0 = decode_now();
-        decoder_step(d, out, q, DECODE_FULL);
-        t[r] = decode_now() - t0;
+        decoder_step(da, out, q, mode);
+        double t1 = decode_now();
+        decoder_step(db, out, q, mode);
+        ta[r] = t1 - t0;
+        tb[r] = decode_now() - t1;
     }
-    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
-    *ns = 1e9 * (repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]));
-    free(t);
+    *ns_a = 1e9 * median_sorted(ta, repeat);
+    *ns_b = 1e9 * median_sorted(tb, repeat);
+    free(ta);
+    free(tb);
     free(out);
-    decoder_free(d);
+    decoder_free(da);
+    decoder_free(db);
     return 0;
 }
 

@@ -51,10 +51,14 @@ typedef enum DecodeMode {
     DECODE_KEYS = 1,   /* key side only: scores and their max; out[(l*Hq + h)*D] = max_t s_t, rest 0 */
 } DecodeMode;
 
+/* Initialize with designated initializers (or all seven fields): a positional initializer that stops after V
+ * is valid C (Tr = 0) but -Wextra's missing-field-initializers warns about it. */
 typedef struct DecodeCache {
     size_t L, Hkv, T, D;
     const StoreTensor *K;   /* L * Hkv tensors, index l * Hkv + h, each (T, D) (low rank allowed) */
-    const StoreTensor *V;   /* same */
+    const StoreTensor *V;   /* same; NULL: a keys-only cache (only DECODE_KEYS steps) */
+    size_t Tr;                    /* tokens of a second segment after the T main tokens (0: none) */
+    const StoreTensor *Kr, *Vr;   /* L*Hkv tensors (Tr, D) each, e.g. KIVI's FP16 residual; NULL when Tr == 0 */
 } DecodeCache;
 
 typedef struct Decoder Decoder;
@@ -66,12 +70,17 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
 void decoder_free(Decoder *d);   /* NULL-safe */
 
-/* The median wall time in nanoseconds of `repeat` fused decode steps (after one untimed warm-up) over cache c
- * with Hq query heads on `threads` threads; q is (L, Hq, D). Returns 0, or -1 with kvc_fail set (bad cache).
- * This is the hook for `kvc run`'s decode_ns / decode_speedup columns: a method that stores its K/V as
- * StoreTensors (one per layer and KV head; an eviction method passes its kept rows, T = kept) is timed with
- * this function, and decode_speedup = (the same call on f16 tensors of the exact K/V) / decode_ns. */
-int decode_time_ns(double *ns, const DecodeCache *c, size_t Hq, const float *q, int threads, int repeat);
+/* Times fused steps of two caches side by side: one untimed warm-up step each, then `repeat` rounds of
+ * (one step of a, one step of b); *ns_a, *ns_b = the median step time of each in nanoseconds. Both caches
+ * have the same L and D and Hq query heads; q is (L, Hq, D). mode DECODE_KEYS for keys-only caches.
+ * Returns 0, or -1 with kvc_fail set (bad cache).
+ * a and b may differ in Hkv, T, formats and residual. This is the hook for `kvc run`'s decode_ns /
+ * decode_speedup columns: a method that stores its K/V as StoreTensors (one per layer and KV head; an eviction
+ * method passes its kept rows, T = kept; KIVI its quantized rows plus the FP16 residual) is timed as a against
+ * b = f16 tensors of the exact K/V, and decode_speedup = ns_b / ns_a. Alternating the steps exposes both to
+ * the same machine noise. */
+int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
+                     const float *q, int threads, int repeat, DecodeMode mode);
 
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8 };

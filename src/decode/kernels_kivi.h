@@ -1,0 +1,67 @@
+/* kernels_kivi: fused decode kernels for KIVI's quantized cache (src/methods/kivi.c): STORE_INTN, asymmetric,
+ * 2 / 4 / 8-bit codes, FP16 scales and mins (store.h, intN). Two implementations with one interface:
+ * kernels_kivi_ref.c (portable scalar, the `_ref` twins) and kernels_kivi_avx2.c (AVX2 + FMA + F16C, compiled
+ * with those flags alone, called only after decode.c's runtime CPU check). Internal to src/decode/.
+ *
+ * Keys (axis channel): token group G (g consecutive tokens), column j: scale s_Gj, min m_Gj, value n * s + m.
+ * Per token group and query head the kernel forms q'_j = q_j * s_Gj and c_G = sum_j q_j * m_Gj (once per group
+ * met in the call), then score_t = q' . n_t + c_G.
+ * Values (axis token): token t, channel group k (g consecutive channels): value n * s_tk + m_tk. The AVX2
+ * kernel accumulates acc_j += (p_t s_tk) n_tj and, per group, M_k = sum_t p_t m_tk, added to the group's
+ * columns at the end of the call; the scalar twin adds p_t * (s_tk n_tj + m_tk) (the exact value) directly.
+ *
+ * Codes: element (t, j) at bit (t W + j) b of one little-endian bit stream; the kernels need byte-aligned rows
+ * (row_bytes = W b / 8), read columns in natural order (no permutation), and need W % 8 == 0 and g % 8 == 0
+ * (or one group for the whole column / row); decode.c checks this (kivi_rows) and sends every other intN
+ * shape through the generic dequantized-tile path.
+ *
+ * Numerics: float32 products and sums, like kernels.h (q' and c_G rounded to float32 once per group).
+ * Pure: no allocation; the caller supplies the scratch (KIVI_SCRATCH floats).
+ */
+#ifndef KVC_DECODE_KERNELS_KIVI_H
+#define KVC_DECODE_KERNELS_KIVI_H
+
+#include "store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct KiviRows {
+    const uint8_t *codes;    /* row t at codes + t * row_bytes */
+    size_t row_bytes;        /* W * bits / 8 */
+    size_t W;                /* columns (W % 8 == 0) */
+    int bits;                /* 2, 4 or 8 */
+    size_t g;                /* group extent, resolved: keys tokens per group (T: one group), values channels (W) */
+    size_t per;              /* parameters per group row: keys W (index G * W + j), values ceil(W / g) (t * per + k) */
+    const uint16_t *scale;   /* FP16 scales, store.h's group order */
+    const uint16_t *min;     /* FP16 mins, same order */
+} KiviRows;
+
+/* Floats of scratch a kernel call needs for G query heads over rows of W columns. */
+#define KIVI_SCRATCH(G, W) ((G) * (2 * (W) + 16))
+
+/* s[h*ls + i] = sum_j q[h*W + j] * value(t0+i, j), h < G, i < n; q: G queries of W floats (natural order). */
+typedef void (*KiviScoresFn)(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+                             float *scr);
+/* acc[h*W + j] += sum_i p[h*lp + i] * value(t0+i, j), h < G, j < W. */
+typedef void (*KiviVaccFn)(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+                           float *scr);
+
+typedef struct KiviKernels {
+    const char *name;   /* "scalar" or "avx2" */
+    KiviScoresFn scores;
+    KiviVaccFn vacc;
+} KiviKernels;
+
+extern const KiviKernels decode_kivi_ref;
+/* NULL when kvc was built without the AVX2 translation unit (non-x86 targets). */
+const KiviKernels *decode_kivi_avx2(void);
+
+/* Code j of a row (natural order), b = 2, 4 or 8 (row byte-aligned). */
+static inline unsigned kivi_code(const uint8_t *row, size_t j, int b)
+{
+    size_t bit = j * (size_t)b;
+    return (unsigned)(row[bit / 8] >> (bit % 8)) & ((1u << b) - 1u);
+}
+
+#endif
