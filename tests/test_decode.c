@@ -7,6 +7,8 @@
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
  * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
  * without a fused kernel (q4_1, q5_0, q5_1, iq4_nl, intN) go through the generic dequantized-tile path.
+ * KIVI caches (asymmetric intN keys per channel, values per token, 2 / 4 / 8 bits, FP16 parameters) with and
+ * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair.
  * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */
@@ -219,6 +221,242 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
     case_free(&c);
 }
 
+/* ---- KIVI caches and the residual segment ---------------------------------------------------------------- */
+
+typedef struct KCase {
+    size_t L, Hkv, G, T, Tr, D;
+    StoreTensor *K, *V, *Kr, *Vr;
+    float *q;
+    double *ref, *ref_max;
+} KCase;
+
+/* KIVI's stored form: keys intN `bits` asymmetric per channel in groups of g tokens, values per token in groups
+ * of g channels, FP16 parameters; then Tr residual tokens in format rname (K and V). Keys have a per-channel
+ * offset (like real keys; the mins are then far from 0), token 1 is all zero (zero value groups) and channel 3
+ * of the first key group is zero (a zero key group). */
+static void kcase_init(KCase *c, int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t T, size_t D, size_t Tr,
+                       const char *rname, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->L = L, c->Hkv = Hkv, c->G = G, c->T = T, c->Tr = Tr, c->D = D;
+    size_t n = L * Hkv, Hq = Hkv * G, Ta = T + Tr;
+    StoreFormat kf = store_intn_format(bits, 1, STORE_AXIS_CHANNEL, g, STORE_SCALE_F16);
+    StoreFormat vf = store_intn_format(bits, 1, STORE_AXIS_TOKEN, g, STORE_SCALE_F16);
+    StoreFormat rf;
+    if (Tr && (parse_any(&rf, rname) || store_check(rf, Tr, D, rname))) {
+        printf("FAIL decode-kivi-format-%s: %s\n", rname, kvc_errmsg());
+        exit(1);
+    }
+    rng r;
+    rng_seed_u64(&r, seed);
+    c->K = xcalloc(n, sizeof *c->K), c->V = xcalloc(n, sizeof *c->V);
+    if (Tr) c->Kr = xcalloc(n, sizeof *c->Kr), c->Vr = xcalloc(n, sizeof *c->Vr);
+    double *x = xmalloc(Ta * D * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        for (int kv = 0; kv < 2; kv++) {
+            rng_normal_fill(&r, x, Ta * D);
+            for (size_t t = 0; t < Ta; t++)
+                for (size_t j = 0; j < D; j++) {
+                    if (!kv) x[t * D + j] += 0.7 * (double)(j % 5) - 1.2;
+                    if (t == 1 || (!kv && j == 3 && t < (g ? g : T))) x[t * D + j] = 0.0;
+                }
+            StoreTensor *st = kv ? &c->V[i] : &c->K[i];
+            store_alloc(st, kv ? vf : kf, T, D);
+            store_quantize_f64(st, x);
+            if (Tr) {
+                StoreTensor *rt = kv ? &c->Vr[i] : &c->Kr[i];
+                store_alloc(rt, rf, Tr, D);
+                store_quantize_f64(rt, x + T * D);
+            }
+        }
+    c->q = xmalloc(L * Hq * D * sizeof *c->q);
+    double *qd = xmalloc(D * sizeof *qd);
+    for (size_t i = 0; i < L * Hq * D; i++) {
+        rng_normal_fill(&r, qd, 1);
+        c->q[i] = (float)(qd[0] * 1.5);
+    }
+    c->ref = xmalloc(L * Hq * D * sizeof *c->ref);
+    c->ref_max = xmalloc(L * Hq * sizeof *c->ref_max);
+    double *Kd = xmalloc(Ta * D * sizeof *Kd), *Vd = xmalloc(Ta * D * sizeof *Vd), *w = xmalloc(Ta * sizeof *w);
+    for (size_t l = 0; l < L; l++)
+        for (size_t h = 0; h < Hkv; h++) {
+            store_dequantize_f64(Kd, &c->K[l * Hkv + h]);
+            store_dequantize_f64(Vd, &c->V[l * Hkv + h]);
+            if (Tr) {
+                store_dequantize_f64(Kd + T * D, &c->Kr[l * Hkv + h]);
+                store_dequantize_f64(Vd + T * D, &c->Vr[l * Hkv + h]);
+            }
+            for (size_t gq = 0; gq < G; gq++) {
+                size_t qi = l * Hq + h * G + gq;
+                for (size_t j = 0; j < D; j++) qd[j] = c->q[qi * D + j];
+                attn_forward(c->ref + qi * D, w, qd, Kd, Vd, Ta, D);
+                double mx = -INFINITY;
+                for (size_t t = 0; t < Ta; t++) {
+                    double a = 0;
+                    for (size_t j = 0; j < D; j++) a += Kd[t * D + j] * qd[j];
+                    if (a / sqrt((double)D) > mx) mx = a / sqrt((double)D);
+                }
+                c->ref_max[qi] = mx;
+            }
+        }
+    free(x), free(qd), free(Kd), free(Vd), free(w);
+}
+
+static void kcase_free(KCase *c)
+{
+    for (size_t i = 0; i < c->L * c->Hkv; i++) {
+        store_free(&c->K[i]);
+        store_free(&c->V[i]);
+        if (c->Tr) {
+            store_free(&c->Kr[i]);
+            store_free(&c->Vr[i]);
+        }
+    }
+    free(c->K), free(c->V), free(c->Kr), free(c->Vr), free(c->q), free(c->ref), free(c->ref_max);
+}
+
+static DecodeCache kcache(const KCase *c, int keys_only)
+{
+    DecodeCache dc = {.L = c->L, .Hkv = c->Hkv, .T = c->T, .D = c->D, .K = c->K, .V = keys_only ? NULL : c->V,
+                      .Tr = c->Tr, .Kr = c->Kr, .Vr = keys_only ? NULL : c->Vr};
+    return dc;
+}
+
+static float *krun(const KCase *c, DecodeImpl impl, int threads, DecodeMode mode, int keys_only)
+{
+    DecodeCache dc = kcache(c, keys_only);
+    Decoder *d = decoder_create(&dc, c->Hkv * c->G, threads, impl);
+    if (!d) {
+        printf("FAIL decoder-create-kivi: %s\n", kvc_errmsg());
+        failures++;
+        return NULL;
+    }
+    size_t n = c->L * c->Hkv * c->G * c->D;
+    float *out = xmalloc(n * sizeof *out);
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    decoder_step(d, out, c->q, mode);
+    decoder_free(d);
+    return out;
+}
+
+static double max_err(const float *o, const KCase *c)
+{
+    double worst = 0;
+    for (size_t i = 0; o && i < c->L * c->Hkv * c->G; i++) {
+        double e = fabs(o[i * c->D] - c->ref_max[i]) / (1.0 + fabs(c->ref_max[i]));
+        if (!(e <= worst)) worst = e;
+    }
+    return o ? worst : INFINITY;
+}
+
+/* One KIVI case: every implementation vs. double, fused vs. ref; with `more`: threads 1 / 2 bit-identical, the
+ * key-side mode, and the keys-only cache (V = NULL) in DECODE_KEYS mode. */
+static void run_kivi(int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t T, size_t D, size_t Tr,
+                     const char *rname, int more)
+{
+    KCase c;
+    kcase_init(&c, bits, g, L, Hkv, G, T, D, Tr, rname, 7000 + (uint64_t)bits + T + D + Tr + g);
+    size_t n = L * Hkv * G * D;
+    char tag[128], name[200], why[256];
+    snprintf(tag, sizeof tag, "kivi%d-g%zu-T%zu-D%zu-G%zu-Tr%zu%s%s", bits, g, T, D, G, Tr, Tr ? "-" : "", Tr ? rname : "");
+    float *o[3];
+    for (int impl = 0; impl < 3; impl++) {
+        o[impl] = krun(&c, (DecodeImpl)impl, 1, DECODE_FULL, 0);
+        double e = o[impl] ? rel_err(o[impl], c.ref, n) : INFINITY;
+        if (e > worst_err[impl]) worst_err[impl] = e;
+        snprintf(name, sizeof name, "decode-%s-%s-vs-double", impl_name[impl], tag);
+        snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
+        check(e < DECODE_TOL, name, why);
+    }
+    if (o[0] && o[1]) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            num += ((double)o[0][i] - o[1][i]) * ((double)o[0][i] - o[1][i]);
+            den += (double)o[1][i] * o[1][i];
+        }
+        double e = den == 0 ? sqrt(num) : sqrt(num / den);
+        snprintf(name, sizeof name, "decode-fused-vs-ref-%s", tag);
+        snprintf(why, sizeof why, "relative difference %.3g > %g", e, DECODE_TOL);
+        check(e < DECODE_TOL, name, why);
+    }
+    if (more && o[0]) {
+        float *o2 = krun(&c, DECODE_FUSED, 2, DECODE_FULL, 0);
+        snprintf(name, sizeof name, "decode-threads-1-2-identical-%s", tag);
+        check(o2 && memcmp(o2, o[0], n * sizeof *o2) == 0, name, "the output changed with the thread count");
+        free(o2);
+        float *k1 = krun(&c, DECODE_FUSED, 1, DECODE_KEYS, 0), *k2 = krun(&c, DECODE_FUSED, 2, DECODE_KEYS, 1);
+        float *k3 = krun(&c, DECODE_REF, 1, DECODE_KEYS, 1);
+        double e1 = max_err(k1, &c), e2 = max_err(k2, &c), e3 = max_err(k3, &c);
+        snprintf(name, sizeof name, "decode-keys-mode-max-score-%s", tag);
+        snprintf(why, sizeof why, "max score off by %.3g (full cache), %.3g (keys only), %.3g (keys only, ref)", e1,
+                 e2, e3);
+        check(e1 < DECODE_TOL && e2 < DECODE_TOL && e3 < DECODE_TOL, name, why);
+        snprintf(name, sizeof name, "decode-keys-only-cache-same-max-%s", tag);
+        check(k1 && k2 && memcmp(k1, k2, n * sizeof *k1) == 0, name, "keys-only cache's key mode differs from the full cache's");
+        free(k1), free(k2), free(k3);
+    }
+    for (int impl = 0; impl < 3; impl++) free(o[impl]);
+    kcase_free(&c);
+}
+
+static void kivi_tests(void)
+{
+    static const int bits[] = {2, 4, 8};
+    /* bits 2 / 4 / 8; T not a multiple of g nor of the block; the FP16 residual; GQA */
+    for (int b = 0; b < 3; b++) {
+        run_kivi(bits[b], 32, 1, 2, 4, 2100, 128, 0, "", 1);
+        run_kivi(bits[b], 32, 1, 2, 1, 2100, 128, 128, "f16", 1);
+        run_kivi(bits[b], 32, 2, 1, 3, 77, 64, 20, "f16", 0);
+        run_kivi(bits[b], 0, 1, 1, 2, 300, 256, 5, "f16", 0);   /* one group per column / row */
+        run_kivi(bits[b], 32, 1, 1, 1, 1, 64, 0, "", 0);        /* T = 1 */
+    }
+    /* a group crossing the block boundary (2048 % 48 != 0), D = 256, G = 9 */
+    run_kivi(4, 48, 1, 1, 9, 2200, 256, 0, "", 1);
+    run_kivi(2, 16, 1, 2, 2, 4097, 64, 3, "f16", 1);
+    /* an odd group: not fused, the generic tile path */
+    run_kivi(4, 5, 1, 2, 2, 300, 128, 7, "f16", 1);
+    run_kivi(4, 32, 1, 1, 2, 100, 40, 0, "", 0);   /* W % 8 != 0: tile path too */
+    /* residual in another format; residual-heavy (T small, Tr large, two residual blocks) */
+    run_kivi(4, 32, 1, 2, 2, 200, 128, 300, "int8", 1);
+    run_kivi(2, 32, 1, 1, 4, 3, 128, 2100, "q8_0", 1);
+    run_kivi(8, 32, 1, 1, 1, 1, 128, 2050, "f16", 1);
+    /* bad input: a residual without tensors, a residual of the wrong shape, Vr without V */
+    KCase c;
+    kcase_init(&c, 4, 32, 1, 1, 1, 40, 64, 10, "f16", 1);
+    DecodeCache dc = kcache(&c, 0);
+    dc.Kr = NULL;
+    check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "residual"), "decode-rejects-residual-without-kr",
+          kvc_errmsg());
+    dc = kcache(&c, 0);
+    dc.Tr = 11;
+    check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "Kr"), "decode-rejects-residual-bad-shape",
+          kvc_errmsg());
+    dc = kcache(&c, 1);
+    dc.Vr = c.Vr;
+    check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL, "decode-rejects-vr-without-v", "accepted");
+    /* decode_time_pair: a KIVI cache with its residual against f16 tensors of another shape */
+    Case f;
+    case_init(&f, "f16", "f16", 1, 1, 1, 64, 64, 1);
+    DecodeCache a = kcache(&c, 0), b = {.L = 1, .Hkv = 1, .T = 64, .D = 64, .K = f.K, .V = f.V};
+    double na = -1, nb = -1;
+    check(decode_time_pair(&na, &nb, &a, &b, 1, c.q, 2, 3, DECODE_FULL) == 0 && na > 0 && nb > 0, "decode-time-pair",
+          "no positive times");
+    DecodeCache ak = kcache(&c, 1), bk = b;
+    bk.V = NULL;
+    na = nb = -1;
+    check(decode_time_pair(&na, &nb, &ak, &bk, 1, c.q, 1, 2, DECODE_KEYS) == 0 && na > 0 && nb > 0,
+          "decode-time-pair-keys-only", "no positive times");
+    check(decode_time_pair(&na, &nb, &ak, &b, 1, c.q, 1, 2, DECODE_FULL) == -1 && strstr(kvc_errmsg(), "keys-only"),
+          "decode-time-pair-rejects-full-on-keys-only", kvc_errmsg());
+    check(decode_time_pair(&na, &nb, &a, &b, 0, c.q, 1, 3, DECODE_FULL) == -1, "decode-time-pair-rejects-bad-heads",
+          "accepted Hq = 0");
+    b.Tr = 5;
+    check(decode_time_pair(&na, &nb, &a, &b, 1, c.q, 1, 3, DECODE_FULL) == -1, "decode-time-pair-rejects-bad-cache",
+          "accepted a residual without tensors");
+    case_free(&f);
+    kcase_free(&c);
+}
+
 int main(void)
 {
     la_init();
@@ -256,10 +494,8 @@ int main(void)
     check(decoder_create(&dc, 3, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "multiple of the 2 KV heads"),
           "decode-rejects-hq-not-multiple", kvc_errmsg());
     check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());
-    double ns = -1;
-    check(decode_time_ns(&ns, &dc, 2, c.q, 2, 3) == 0 && ns > 0, "decode-time-ns", "no positive time");
-    check(decode_time_ns(&ns, &dc, 3, c.q, 1, 3) == -1, "decode-time-ns-rejects-bad-heads", "accepted Hq = 3");
     case_free(&c);
+    kivi_tests();
     printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
            decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
     return failures ? 1 : 0;
