@@ -32,22 +32,22 @@ sizes() {
     $KVC size --head-dim 64 --k-rank 16 --format csv | tail -n 1
 }
 if [ "${1:-}" = "--print-size" ]; then sizes; exit 0; fi   # used by tests/test_results.sh
-write results/lesson.txt     $KVC run configs/lesson.json
-write results/lesson.csv     $KVC run configs/lesson.json --format csv
-write results/practice.txt   $KVC run configs/practice.json
-write results/practice.csv   $KVC run configs/practice.json --format csv
-write results/realistic.txt  $KVC run configs/realistic.json
-write results/methods.txt    $KVC run configs/methods.json
-write results/legal_assistant.txt $KVC run configs/legal_assistant.json
+write results/lesson.txt     $KVC run configs/lesson.json --no-timing
+write results/lesson.csv     $KVC run configs/lesson.json --no-timing --format csv
+write results/practice.txt   $KVC run configs/practice.json --no-timing
+write results/practice.csv   $KVC run configs/practice.json --no-timing --format csv
+write results/realistic.txt  $KVC run configs/realistic.json --no-timing
+write results/methods.txt    $KVC run configs/methods.json --no-timing
+write results/legal_assistant.txt $KVC run configs/legal_assistant.json --no-timing
 write results/size.txt sizes
 
 # The sweep over every method family (configs/sweep-pareto.json) and its pictures (gnuplot-nox).
-write results/pareto.csv     $KVC run configs/sweep-pareto.json --format csv
+write results/pareto.csv     $KVC run configs/sweep-pareto.json --no-timing --format csv
 scripts/plot-pareto.sh results/pareto.csv results/pareto.png \
     --title "KV-cache compression: attention error vs bytes (configs/sweep-pareto.json)"
 echo "wrote results/pareto.png" >&2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-$KVC run configs/sweep-pareto.json --out "$tmp/pareto.jsonl" -q
+$KVC run configs/sweep-pareto.json --no-timing --out "$tmp/pareto.jsonl" -q
 scripts/plot-sweep.sh "$tmp/pareto.jsonl" results/sweep-bits.png bits \
     --title "quantization: attention error vs bits (configs/sweep-pareto.json)"
 echo "wrote results/sweep-bits.png" >&2

@@ -16,10 +16,11 @@
 const char *const column_names[NCOLS] = {
     "attn_error",     "k_error",        "v_error",        "k_error_ordinary", "k_zeroed_ordinary",
     "bytes",          "baseline_bytes", "ratio",          "attn_error_p50",   "attn_error_p95",
-    "attn_error_max", "attn_kl",        "retained_mass",  "topk_recall",
+    "attn_error_max", "attn_kl",        "retained_mass",  "topk_recall",    "decode_ns",
+    "decode_speedup",
 };
 
-int column_is_integer(Column c) { return c == COL_BYTES || c == COL_BASELINE_BYTES; }
+int column_is_integer(Column c) { return c == COL_BYTES || c == COL_BASELINE_BYTES || c == COL_DECODE_NS; }
 
 void eval_reference(Reference *ref, const Data *d)
 {
@@ -232,7 +233,7 @@ static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, s
         }
         free(s);
         if (e->ref->nq <= 1)
-            for (int c = COL_ATTN_ERROR_P50; c < NCOLS; c++) row->hide[c] = 1;
+            for (int c = COL_ATTN_ERROR_P50; c <= COL_TOPK_RECALL; c++) row->hide[c] = 1;
     }
     if (anyK) {
         set(row, COL_K_ERROR, ratio_of_norms(la_norm(e->dK + b0 * m, nb * m), la_norm(d->K + b0 * m, nb * m)));
@@ -274,8 +275,11 @@ static void eval_free(Eval *e)
 }
 
 /* Runs the method on every head; fills the aggregate row and/or the per-head rows. */
-static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref)
+static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
+                    Timing *tm)
 {
+    DecodeForm form;
+    memset(&form, 0, sizeof form);
     size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D, nh = L * H;
     Eval e = {d, ref, m, NULL, NULL, NULL, xcalloc(nh, 1), xcalloc(nh, 1), xcalloc(nh, 1),
               xcalloc(nh, sizeof(uint64_t)), NULL, NULL, NULL, NULL};
@@ -339,6 +343,11 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         }
         e.evicts[b] = c.kept != NULL;
         e.bytes[b] = c.bytes;
+        if (tm && agg) {
+            DecodeForm f = timing_form(ex, d, &c);
+            if (b == 0) form = f;
+            else if (!form.none && !timing_same_form(&form, &f)) form.none = "its KV heads store different forms";
+        }
         if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
         compressed_free(&c);
     }
@@ -348,6 +357,18 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         memset(agg, 0, sizeof *agg);
         agg->ex = ex;
         fill_row(agg, &e, 0, nh, 0, ref->nq);
+        if (tm && !form.none) form.none = timing_unsupported(&form, d);
+        if (tm && form.none) {
+            agg->no_timing = form.none;
+        } else if (tm) {
+            double ns, sp;
+            if (timing_measure(tm, &form, &ns, &sp)) {
+                eval_free(&e);
+                return -1;
+            }
+            set(agg, COL_DECODE_NS, ns);
+            set(agg, COL_DECODE_SPEEDUP, sp);
+        }
     }
     for (size_t b = 0; heads && b < nh; b++) {
         Row *row = &heads[b];
@@ -363,13 +384,14 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
     return 0;
 }
 
-int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref)
+int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
+                    Timing *tm)
 {
-    return evaluate(row, NULL, ex, cfg, d, ref);
+    return evaluate(row, NULL, ex, cfg, d, ref, tm);
 }
 
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref)
 {
-    return evaluate(NULL, rows, ex, cfg, d, ref);
+    return evaluate(NULL, rows, ex, cfg, d, ref, NULL);
 }

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "synth.h"
+#include "timing.h"
 
 /* The v1 columns come first, in this order (a public interface); later columns are appended after them. */
 typedef enum {
@@ -30,6 +31,8 @@ typedef enum {
     COL_ATTN_KL,
     COL_RETAINED_MASS,
     COL_TOPK_RECALL,
+    COL_DECODE_NS,        /* timing.h: median decode step over the stored form, nanoseconds */
+    COL_DECODE_SPEEDUP,   /* FP16 median / COL_DECODE_NS, measured side by side */
     NCOLS
 } Column;
 #define NCOLS_V1 8   /* attn_error .. ratio */
@@ -44,6 +47,7 @@ typedef struct Row {
     unsigned char hide[NCOLS];   /* 1: has a value, but the table leaves the column out (CSV/JSONL keep it) */
     int per_head;                /* 1: a --per-head row for (layer, head); 0: the aggregate over all heads */
     size_t layer, head;          /* KV head */
+    const char *no_timing;       /* timing was asked for but the decode path cannot read the stored form: why */
 } Row;
 
 typedef struct Reference {
@@ -58,9 +62,11 @@ typedef struct Reference {
 void eval_reference(Reference *ref, const Data *d);
 void reference_free(Reference *ref);   /* safe on a zeroed Reference */
 
-/* The aggregate row over every (layer, KV head) and query. Returns 0, or -1 with kvc_fail set when the
+/* The aggregate row over every (layer, KV head) and query. With tm (not NULL) the row also gets decode_ns and
+ * decode_speedup (timing.h), or row->no_timing says why not. Returns 0, or -1 with kvc_fail set when the
  * method failed (e.g. LAPACK). */
-int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref);
+int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
+                    Timing *tm);
 /* --per-head: d->L * d->H rows, (layer, KV head) in order; each aggregates the G query heads of its head. */
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref);

@@ -38,6 +38,7 @@ static const Command commands[] = {
     {"run", cmd_run, "run the experiments of a JSON config and print one row per experiment",
      "usage: kvc run CONFIG.json [--set PATH=JSON]... [--format table|csv|jsonl] [--per-head]\n"
      "               [--out FILE [--resume]] [--shard I/N] [--list] [-q]\n"
+     "               [--no-timing] [--threads N] [--timing-repeat N]\n"
      "\n"
      "Reads CONFIG.json (format: README.md, \"Config reference\"), synthesizes K, V and the query with\n"
      "numpy's generator (or reads them from .npy/.safetensors files: data.source \"files\"), runs every\n"
@@ -62,6 +63,14 @@ static const Command commands[] = {
      "                    label; tab-separated) and compute nothing\n"
      "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
      "                    than a second: rows done/total, rate, ETA) and no notes\n"
+     "  --no-timing       leave decode_ns and decode_speedup empty (they are the only columns that\n"
+     "                    differ between two runs of one config; the table then omits them)\n"
+     "  --threads N       threads of the timed decode steps, 1..1024 (default 1)\n"
+     "  --timing-repeat N timed rounds per experiment, 1..100000 (default 15): each round is one decode\n"
+     "                    step over the method's stored cache and one over the FP16 cache; decode_ns is\n"
+     "                    the method's median in nanoseconds, decode_speedup the FP16 median over it\n"
+     "                    (README \"Decode timing\"; a stored form the decode path cannot read leaves\n"
+     "                    them empty, with a note on stderr)\n"
      "  -h, --help        this help\n"},
     {"size", cmd_size_main, "KV-cache size arithmetic (bytes per token and in total, ratio to FP16)",
      "usage: kvc size --head-dim D [--layers L] [--kv-heads H] [--tokens T] [--batch B]\n"
@@ -149,7 +158,8 @@ static int cmd_run(int argc, char **argv)
     SweepOpts so = {0};   /* --out, --resume, --shard, --list, -q (sweep.h) */
     char **sets = xcalloc((size_t)argc, sizeof *sets);
     size_t n_sets = 0;
-    int rc = EXIT_USAGE, r, per_head = 0;
+    int rc = EXIT_USAGE, r, per_head = 0, timing = 1;
+    size_t threads = 1, repeat = TIMING_REPEAT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(commands[0].usage, stdout);
@@ -168,6 +178,12 @@ static int cmd_run(int argc, char **argv)
             fmt_given = 1;
         } else if (strcmp(argv[i], "--per-head") == 0) {
             per_head = 1;
+        } else if (strcmp(argv[i], "--no-timing") == 0) {
+            timing = 0;
+        } else if ((r = opt_value(argc, argv, &i, "--threads", &val)) != 0) {
+            if (r < 0 || opt_size(val, "run: --threads", 1, 1024, &threads)) goto usage;
+        } else if ((r = opt_value(argc, argv, &i, "--timing-repeat", &val)) != 0) {
+            if (r < 0 || opt_size(val, "run: --timing-repeat", 1, 100000, &repeat)) goto usage;
         } else if ((r = sweep_option(&so, argc, argv, &i)) != 0) {
             if (r < 0) goto usage;
         } else if (take_config_path("run", argv[i], &path)) {
@@ -199,6 +215,8 @@ static int cmd_run(int argc, char **argv)
     }
     Reference ref;
     eval_reference(&ref, &d);
+    /* --per-head rows carry no timing (a decode step is over every head) */
+    Timing *tm = timing && !per_head ? timing_create(&d, (int)threads, (int)repeat) : NULL;
     size_t per = per_head ? d.L * d.H : 1;   /* rows per experiment */
     Row *rows = xcalloc(cfg.n_exps * per, sizeof *rows);
     rc = EXIT_OK;
@@ -206,12 +224,17 @@ static int cmd_run(int argc, char **argv)
         if (!sweep_wants(sw, i)) continue;
         Row *ri = &rows[i * per];
         if (per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
-                     : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref)) {
+                     : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref, tm)) {
             sweep_message(sw);
             fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, cfg.exps[i].label,
                     kvc_errmsg());
             rc = EXIT_RUNTIME;
             break;
+        }
+        if (ri->no_timing && !so.quiet) {
+            sweep_message(sw);
+            fprintf(stderr, "kvc: note: experiments.%zu (%s): no decode timing: %s\n", cfg.exps[i].src,
+                    cfg.exps[i].label, ri->no_timing);
         }
         if (sweep_rows(sw, ri, per, i)) {
             sweep_message(sw);
@@ -225,6 +248,7 @@ static int cmd_run(int argc, char **argv)
         rc = EXIT_RUNTIME;
     }
     free(rows);
+    timing_free(tm);
     reference_free(&ref);
     data_free(&d);
     config_free(&cfg);

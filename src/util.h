@@ -44,6 +44,9 @@ size_t edit_distance(const char *a, const char *b);
  * e.g. "run", for the message). Returns 1 with *val set (and *i on the value when it is a separate word), 0 when
  * argv[*i] is something else, -1 after kvc_fail when NAME is the last word. */
 int opt_value(int argc, char **argv, int *i, const char *name, const char **val);
+/* An option's decimal integer value in lo..hi ("where" names it in the message, e.g. "run: --threads").
+ * Returns 0, or -1 with kvc_fail("<where>: expected an integer in lo..hi (got \"s\")"). */
+int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out);
 
 /* Appends s[0..n) to the string *buf (xmalloc'd, *cap > 0 bytes, *len of them used before the NUL), growing the
  * buffer to twice what it then needs when it is full. */

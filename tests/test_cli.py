@@ -358,27 +358,27 @@ def main():
     err_case("config-missing-file", ["run", missing], missing, ("cannot open the config",))
     err_case("config-is-a-directory", ["run", TMP], TMP, ())
 
-    # ------------------------------------------------------------------ --set
-    rc, base, err = run(["run", PRACTICE, "--format", "csv"])
+    # ------------------------------------------------------------------ --set (outputs compared whole: no timing)
+    rc, base, err = run(["run", PRACTICE, "--format", "csv", "--no-timing"])
     report("run-practice-csv", None if rc == 0 and err == "" and len(csv_rows(base)) == 2
            else "exit %d stderr %s" % (rc, short(err)))
-    rc, out, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--format", "csv"])
+    rc, out, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--format", "csv", "--no-timing"])
     rows = csv_rows(out) if rc == 0 else []
     report("set-tokens", None if rc == 0 and err == "" and out != base and
            [r["baseline_bytes"] for r in rows] == ["640", "640"]
            else "exit %d stderr %s stdout %s" % (rc, short(err), short(out)))
-    rc, out2, err = run(["run", PRACTICE, "--set=data.tokens=20", "--format=csv"])
+    rc, out2, err = run(["run", PRACTICE, "--set=data.tokens=20", "--format=csv", "--no-timing"])
     report("set-equals-form", None if rc == 0 and out2 == out else "exit %d: %s" % (rc, short(err)))
-    rc, out3, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--set", "data.tokens=200", "--format", "csv"])
+    rc, out3, err = run(["run", PRACTICE, "--set", "data.tokens=20", "--set", "data.tokens=200", "--format", "csv", "--no-timing"])
     report("set-applied-in-order", None if rc == 0 and out3 == base else "exit %d: %s" % (rc, short(err)))
-    rc, out, err = run(["run", PRACTICE, "--set", 'experiments.0.axis="channel"', "--format", "csv"])
+    rc, out, err = run(["run", PRACTICE, "--set", 'experiments.0.axis="channel"', "--format", "csv", "--no-timing"])
     rows = csv_rows(out) if rc == 0 else []
     report("set-axis-string", None if rc == 0 and err == "" and
            [r["label"] for r in rows] == ["INT4 keys, per-channel scales"]
            else "exit %d stderr %s rows %r" % (rc, short(err), rows))
-    rc, out, err = run(["run", PRACTICE, "--set", "experiments.0.bits=[4,8]", "--format", "csv"])
+    rc, out, err = run(["run", PRACTICE, "--set", "experiments.0.bits=[4,8]", "--format", "csv", "--no-timing"])
     report("set-list", None if rc == 0 and len(csv_rows(out)) == 4 else "exit %d: %s" % (rc, short(err)))
-    rc, out, err = run(["run", PRACTICE, "--set", "seed=3", "--format", "csv"])
+    rc, out, err = run(["run", PRACTICE, "--set", "seed=3", "--format", "csv", "--no-timing"])
     report("set-same-value", None if rc == 0 and out == base else "exit %d: %s" % (rc, short(err)))
 
     err_case("set-missing-path", ["run", PRACTICE, "--set", "data.tokenz.x=1"], "--set data.tokenz.x=1",

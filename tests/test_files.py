@@ -86,7 +86,7 @@ def csv_rows(text):
 
 
 def kvc_csv(cfg_path, *extra):
-    rc, out, err = run("run", cfg_path, "--format", "csv", *extra)
+    rc, out, err = run("run", cfg_path, "--format", "csv", "--no-timing", *extra)   # rows compared exactly
     if rc != 0:
         raise RuntimeError("kvc run %s: exit %d: %s" % (cfg_path, rc, err.strip()))
     return csv_rows(out)
@@ -325,7 +325,7 @@ def from_numpy():
         "experiments": exps})
 
     def relative():
-        p = subprocess.run([os.path.abspath(KVC), "run", "sub/rel.json", "--format", "csv"], cwd=d,
+        p = subprocess.run([os.path.abspath(KVC), "run", "sub/rel.json", "--format", "csv", "--no-timing"], cwd=d,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if p.returncode != 0:
             return "exit %d: %s" % (p.returncode, p.stderr.decode().strip())

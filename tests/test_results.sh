@@ -10,13 +10,13 @@ check() {  # check NAME FILE CMD...
     if cmp -s "$tmp/out" "$file"; then echo "PASS results-$name"
     else echo "FAIL results-$name: $file differs from \`$*\` (run make results)"; fail=1; fi
 }
-check lesson-txt results/lesson.txt "$KVC" run configs/lesson.json
-check lesson-csv results/lesson.csv "$KVC" run configs/lesson.json --format csv
-check practice-txt results/practice.txt "$KVC" run configs/practice.json
-check practice-csv results/practice.csv "$KVC" run configs/practice.json --format csv
-check realistic-txt results/realistic.txt "$KVC" run configs/realistic.json
-check methods-txt results/methods.txt "$KVC" run configs/methods.json
-check legal-assistant-txt results/legal_assistant.txt "$KVC" run configs/legal_assistant.json
+check lesson-txt results/lesson.txt "$KVC" run configs/lesson.json --no-timing
+check lesson-csv results/lesson.csv "$KVC" run configs/lesson.json --no-timing --format csv
+check practice-txt results/practice.txt "$KVC" run configs/practice.json --no-timing
+check practice-csv results/practice.csv "$KVC" run configs/practice.json --no-timing --format csv
+check realistic-txt results/realistic.txt "$KVC" run configs/realistic.json --no-timing
+check methods-txt results/methods.txt "$KVC" run configs/methods.json --no-timing
+check legal-assistant-txt results/legal_assistant.txt "$KVC" run configs/legal_assistant.json --no-timing
 check size results/size.txt scripts/make-results.sh --print-size
-check pareto-csv results/pareto.csv "$KVC" run configs/sweep-pareto.json --format csv
+check pareto-csv results/pareto.csv "$KVC" run configs/sweep-pareto.json --no-timing --format csv
 exit $fail

@@ -143,6 +143,26 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return apply_layer(out, ex, in, 1);
 }
 
+/* The element type; a per-layer or per-head scale is one number folded into the query, a per-token scale has no
+ * decode kernel. */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)d;
+    (void)c;
+    if (exp_param_num(ex, "outliers") > 0) {
+        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
+        return;
+    }
+    if (exp_param(ex, "scale") == SC_TOKEN) {
+        f->none = "its per-token FP32 scales have no decode kernel";
+        return;
+    }
+    StoreFormat fmt;
+    memset(&fmt, 0, sizeof fmt);
+    fmt.type = format_types[exp_param(ex, "format")];
+    decode_form_set(f, exp_param(ex, "apply_to"), fmt);
+}
+
 const MethodDesc method_cast = {
     .name = "cast",
     .factor = "bytes per number",
@@ -153,4 +173,5 @@ const MethodDesc method_cast = {
     .check = check,
     .apply = apply,
     .apply_layer = apply_layer,
+    .decode_form = decode_form,
 };

@@ -82,6 +82,21 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return 0;
 }
 
+/* The ggml type (q8_0, q4_0, f16, bf16 have fused decode kernels; the others go through the generic path). */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)d;
+    (void)c;
+    if (exp_param_num(ex, "outliers") > 0) {
+        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
+        return;
+    }
+    StoreFormat fmt;
+    memset(&fmt, 0, sizeof fmt);
+    fmt.type = type_of[exp_param(ex, "type")];
+    decode_form_set(f, exp_param(ex, "apply_to"), fmt);
+}
+
 const MethodDesc method_ggml = {
     .name = "ggml",
     .factor = "bytes per number",
@@ -91,4 +106,5 @@ const MethodDesc method_ggml = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
+    .decode_form = decode_form,
 };

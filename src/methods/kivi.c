@@ -87,6 +87,26 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return 0;
 }
 
+/* Quantized rows, then the FP16 residual window (a second segment of the decode step). */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)d;
+    (void)c;
+    if (exp_param_num(ex, "outliers") > 0) {
+        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
+        return;
+    }
+    size_t R = (size_t)exp_param(ex, "residual");
+    if (f->T <= R) return;   /* every token in FP16 */
+    long sd = exp_param(ex, "scale_dtype");
+    StoreScaleType st = sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16;
+    size_t g = (size_t)exp_param(ex, "group_size");
+    decode_form_set(f, APPLY_K, store_intn_format((int)exp_param(ex, "k_bits"), 1, STORE_AXIS_CHANNEL, g, st));
+    decode_form_set(f, APPLY_V, store_intn_format((int)exp_param(ex, "v_bits"), 1, STORE_AXIS_TOKEN, g, st));
+    f->T -= R;
+    f->Tr = R;
+}
+
 const MethodDesc method_kivi = {
     .name = "kivi",
     .factor = "bytes per number",
@@ -96,4 +116,5 @@ const MethodDesc method_kivi = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
+    .decode_form = decode_form,
 };

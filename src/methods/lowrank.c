@@ -153,6 +153,34 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
     return 0;
 }
 
+/* FP16 coefficients of the kept rank (the decode step scores through them: q' = B q once, then c_t . q'). Inside
+ * a pipeline (c NULL) the rank is the parameter, at most min(tokens, current width); energy picks a rank per head
+ * there, which the pipeline does not report, so no timing then. */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    long to = exp_param(ex, "apply_to");
+    for (int v = 0; v < 2; v++) {
+        if (!(to == APPLY_KV || to == (v ? APPLY_V : APPLY_K))) continue;
+        StoreFormat *x = v ? &f->v : &f->k;
+        size_t r;
+        if (c) {
+            r = v ? c->v_rank : c->k_rank;
+        } else if (exp_param_num(ex, "energy") > 0) {
+            f->none = "inside a pipeline, lowrank energy picks a rank per head that is not reported";
+            return;
+        } else {
+            size_t w = x->rank ? x->rank : d->D, rows = f->T;
+            r = (size_t)exp_param(ex, "rank");
+            if (r > w) r = w;
+            if (r > rows) r = rows;
+        }
+        if (r == 0) continue;   /* keys-only data: no V */
+        memset(x, 0, sizeof *x);
+        x->type = STORE_F16;
+        x->rank = r;
+    }
+}
+
 const MethodDesc method_lowrank = {
     .name = "lowrank",
     .factor = "per-token dimension",
@@ -164,4 +192,5 @@ const MethodDesc method_lowrank = {
     .check = check,
     .apply = method_apply_one_head,
     .apply_layer = apply_layer,
+    .decode_form = decode_form,
 };

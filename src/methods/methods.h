@@ -9,6 +9,8 @@
 #ifndef KVC_METHODS_H
 #define KVC_METHODS_H
 
+#include "store.h"
+
 #include <stddef.h>
 #include <limits.h>
 #include <stdint.h>
@@ -97,6 +99,18 @@ typedef struct Compressed {
     int basis_shared;
 } Compressed;
 
+/* What a decode step reads for one (layer, KV head) of the stored cache: kvc run's decode_ns column
+ * (src/timing.h). Before MethodDesc.decode_form runs, evaluate.c sets the default: K and V in FP16 (rank 0)
+ * over the tokens the head keeps (T, or the rows an eviction kept), no residual, no sharing, none NULL; that
+ * default is right for every eviction method, so they need no decode_form. */
+typedef struct DecodeForm {
+    StoreFormat k, v;     /* stored format of the K and V rows (rank > 0: low rank, coefficients in this type) */
+    size_t T;             /* tokens of the main segment */
+    size_t Tr;            /* tokens stored after them in FP16 (KIVI's residual window); 0: none */
+    size_t share;         /* KV heads that read one stored head (share_heads' group); 1: no sharing */
+    const char *none;     /* set: the decode path does not read this stored form, and why (no timing) */
+} DecodeForm;
+
 typedef struct MethodDesc {
     const char *name;
     const char *factor;          /* which factor of the size formula it shrinks */
@@ -119,6 +133,11 @@ typedef struct MethodDesc {
     int evicts;
     /* evicting methods: tokens kept per head from a cache of d->T tokens (pipelines check later steps with it) */
     size_t (*kept_tokens)(const Experiment *ex, const Dims *d);
+    /* Optional: rewrites the default *f (see DecodeForm) into the form this method stores. c is the method's
+     * output for the head (its ranks), or NULL inside a pipeline (the pipeline calls its steps' decode_form in
+     * order on one form: a step changes the types of the tensors it covers and keeps their rank). NULL for a
+     * method that rewrites values: evaluate.c then reports no timing for it. */
+    void (*decode_form)(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c);
 } MethodDesc;
 
 extern const MethodDesc *const method_registry[];
@@ -152,6 +171,10 @@ void compressed_free(Compressed *c);
 uint64_t method_split_bytes(uint64_t total, size_t n, size_t i);
 /* apply() of a method that has apply_layer: apply_layer on a layer of one head. */
 int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInput *in);
+
+/* decode_form helper of the quantizers: the tensors `apply_to` covers get fmt's type (and its intN fields);
+ * their rank stays. */
+void decode_form_set(DecodeForm *f, long apply_to, StoreFormat fmt);
 
 /* apply_to choices shared by several methods: "k", "v", "kv" */
 extern const char *const apply_to_choices[];

@@ -419,6 +419,23 @@ static int pl_apply_layer(Compressed *out, const Experiment *ex, const MethodInp
     return rc;
 }
 
+/* The final stored form: the default's tokens are the rows the evictions kept (from c); every other step, in
+ * order, applies its own decode_form to the same form (share_heads shares, lowrank sets a rank, a quantizer
+ * sets the type of what it covers, KIVI splits off its residual window). */
+static void pl_decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)c;
+    for (size_t k = 0; k < ex->n_steps && !f->none; k++) {
+        const MethodDesc *m = ex->steps[k].method;
+        if (m->evicts) continue;
+        if (!m->decode_form) {
+            f->none = "a step has no decode form";
+            return;
+        }
+        m->decode_form(f, &ex->steps[k], d, NULL);
+    }
+}
+
 const MethodDesc method_pipeline = {
     .name = "pipeline",
     .factor = "what its steps shrink",
@@ -429,4 +446,5 @@ const MethodDesc method_pipeline = {
     .check = pl_check,
     .apply = method_apply_one_head,
     .apply_layer = pl_apply_layer,
+    .decode_form = pl_decode_form,
 };

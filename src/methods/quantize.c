@@ -85,6 +85,24 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return 0;
 }
 
+/* The intN format it stores (src/timing.c reads the symmetric whole-row / whole-column ones with the int8/4/2
+ * kernels, the rest through the generic path). The Hadamard rotation of the query is not timed. */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)d;
+    (void)c;
+    if (exp_param_num(ex, "outliers") > 0) {
+        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
+        return;
+    }
+    long sd = exp_param(ex, "scale_dtype");
+    decode_form_set(f, exp_param(ex, "apply_to"),
+                    store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
+                                      exp_param(ex, "axis") == AXIS_TOKEN ? STORE_AXIS_TOKEN : STORE_AXIS_CHANNEL,
+                                      (size_t)exp_param(ex, "group_size"),
+                                      sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16));
+}
+
 const MethodDesc method_quantize = {
     .name = "quantize",
     .factor = "bytes per number",
@@ -94,4 +112,5 @@ const MethodDesc method_quantize = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
+    .decode_form = decode_form,
 };

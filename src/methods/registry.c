@@ -168,3 +168,14 @@ int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInp
     memset(out, 0, sizeof *out);
     return ex->method->apply_layer(out, ex, in, 1);
 }
+
+void decode_form_set(DecodeForm *f, long apply_to, StoreFormat fmt)
+{
+    for (int v = 0; v < 2; v++) {
+        if (!(apply_to == APPLY_KV || apply_to == (v ? APPLY_V : APPLY_K))) continue;
+        StoreFormat *x = v ? &f->v : &f->k;
+        size_t rank = x->rank;
+        *x = fmt;
+        x->rank = rank;
+    }
+}

@@ -73,6 +73,14 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
     return 0;
 }
 
+/* One FP16 head per group: the decode step reads it once for every query head of the group's KV heads. */
+static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
+{
+    (void)d;
+    (void)c;
+    f->share *= (size_t)exp_param(ex, "group");
+}
+
 const MethodDesc method_share_heads = {
     .name = "share_heads",
     .factor = "KV heads",
@@ -82,4 +90,5 @@ const MethodDesc method_share_heads = {
     .check = check,
     .apply = method_apply_one_head,
     .apply_layer = apply_layer,
+    .decode_form = decode_form,
 };
