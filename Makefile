@@ -99,9 +99,11 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_targets.c $(BUILD)/lib
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libkvc-fuzz.a $(LDFLAGS) $(LDLIBS)
 
 # make bench: the decode-speed benchmark at full size (timing targets live here, never in make test);
-# writes results/bench.csv and results/bench.txt (machine description at the top). BENCH_ARGS adds options.
+# writes results/bench.csv and results/bench.txt (machine description at the top; BENCH_ARGS adds options), and
+# results/run-timing.txt (kvc run's decode_ns / decode_speedup on configs/realistic.json and configs/methods.json).
 bench: $(BIN)
 	scripts/bench.sh $(BENCH_ARGS)
+	scripts/bench-run.sh
 
 # Regenerates every committed file under results/ from the tool itself.
 results: kvc

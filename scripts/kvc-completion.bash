@@ -54,13 +54,13 @@ _kvc() {
                     compopt -o nospace 2>/dev/null ;;
             esac
             return ;;
-        --head-dim|--layers|--kv-heads|--tokens|--batch|--k-bits|--v-bits|--k-rank|--v-rank)
+        --threads|--timing-repeat|--head-dim|--layers|--kv-heads|--tokens|--batch|--k-bits|--v-bits|--k-rank|--v-rank)
             return ;;
     esac
     case "$cmd" in
         run)
             if [[ "$cur" == -* ]]; then
-                COMPREPLY=($(compgen -W "--set --format --out --resume --shard --list --quiet -q --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--set --format --out --resume --shard --list --quiet -q --per-head --no-timing --threads --timing-repeat --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;

@@ -16,6 +16,7 @@ t commands "merge methods" "$K" m
 t formats "csv" "$K" run c.json --format c
 t size-formats "table csv" "$K" size --format ""
 t run-options "--resume" "$K" run c.json --res
+t run-timing-options "--timing-repeat" "$K" run c.json --timing-r
 t merge-options "--config" "$K" merge --con
 t help-commands "run" "$K" help r
 t methods "experiments.0.method='"'"'\"quantize\"'"'"'" "$K" run c.json --set experiments.0.method=q
