@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""kvc run's decode_ns / decode_speedup columns from the outside (README "Decode timing in kvc run"): which rows
+get them, --no-timing, --per-head, --threads, --timing-repeat, the stderr note for a form the decode path cannot
+read, and that timing changes nothing else in a row. No speed is asserted (timing targets live in make bench).
+Prints PASS/FAIL lines; exits 1 on any failure."""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+KVC = os.environ.get("KVC", "./kvc")
+TIMING = ("decode_ns", "decode_speedup")
+failed = 0
+
+
+def report(name, why):
+    global failed
+    if why is None:
+        print("PASS %s" % name)
+    else:
+        failed += 1
+        print("FAIL %s: %s" % (name, why))
+
+
+def run(args):
+    p = subprocess.run([KVC] + args, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def rows_of(out):
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+CFG = {
+    "seed": 3,
+    "data": {"tokens": 256, "head_dim": 64, "layers": 2, "kv_heads": 2, "q_heads": 4,
+             "keys": {"generator": "normal"}, "values": {"generator": "normal"},
+             "query": {"generator": "look_back", "token": 100},
+             "observe": {"window": 16, "weight": 0.5, "noise": 0.5}},
+    "experiments": [
+        {"method": "quantize", "bits": [8, 4, 2]},
+        {"method": "quantize", "bits": 4, "group_size": 16, "symmetric": False},
+        {"method": "kivi", "k_bits": 4, "v_bits": 4, "residual": 64},
+        {"method": "cast", "format": "fp8_e4m3"},
+        {"method": "ggml", "type": ["q8_0", "q4_1"]},
+        {"method": "window", "budget": 64},
+        {"method": "lowrank", "rank": 16, "apply_to": "kv"},
+        {"method": "share_heads", "group": 2},
+        {"method": "pipeline", "steps": [{"method": "snapkv", "budget": 128}, {"method": "kivi", "residual": 32}]},
+        {"method": "quantize", "bits": 4, "outliers": 0.01, "label": "with outliers"},
+    ],
+}
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="kvc-timing-")
+    path = os.path.join(tmp, "t.json")
+    with open(path, "w") as fh:
+        json.dump(CFG, fh)
+    n_rows = 13
+
+    rc, out, err = run(["run", path, "--format", "csv", "--timing-repeat", "3"])
+    rows = rows_of(out) if rc == 0 else []
+    timed = [r for r in rows if r["label"] != "with outliers"]
+    report("every-form-timed", None if rc == 0 and len(rows) == n_rows and all(
+        int(r["decode_ns"]) > 0 and float(r["decode_speedup"]) > 0 for r in timed)
+        else "exit %d, rows %r, stderr %s" % (rc, [(r["label"], r["decode_ns"]) for r in rows], err[-300:]))
+    out_row = [r for r in rows if r["label"] == "with outliers"]
+    report("outliers-not-timed", None if out_row and out_row[0]["decode_ns"] == "" and
+           out_row[0]["decode_speedup"] == "" else "row %r" % out_row)
+    note = "kvc: note: experiments.9 (with outliers): no decode timing: its outlier records"
+    report("note-on-stderr", None if err.count("\n") == 1 and err.startswith(note) else "stderr %r" % err)
+    rc2, _, err2 = run(["run", path, "--format", "csv", "--timing-repeat", "1", "-q"])
+    report("quiet-silences-note", None if rc2 == 0 and err2 == "" else "exit %d stderr %r" % (rc2, err2))
+
+    rc, out_nt, err = run(["run", path, "--format", "csv", "--no-timing"])
+    nt = rows_of(out_nt) if rc == 0 else []
+    report("no-timing-empty-cells", None if rc == 0 and err == "" and len(nt) == n_rows and
+           all(r[c] == "" for r in nt for c in TIMING) else "exit %d stderr %r" % (rc, err))
+    same = rc == 0 and len(nt) == len(rows) and all(
+        {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        for a, b in zip(rows, nt))
+    report("timing-changes-nothing-else", None if same else "rows differ outside the timing columns")
+
+    rc, table, err = run(["run", path, "--no-timing"])
+    head = table.split("\n", 1)[0].split()
+    report("no-timing-table-omits-columns", None if rc == 0 and not any(c in head for c in TIMING)
+           else "header %r" % head)
+    rc, table, err = run(["run", path, "--timing-repeat", "1"])
+    head = table.split("\n", 1)[0].split()
+    report("table-shows-timing", None if rc == 0 and head[-2:] == list(TIMING) else "header %r" % head)
+
+    rc, out, err = run(["run", path, "--format", "jsonl", "--timing-repeat", "1", "--threads", "2"])
+    objs = [json.loads(x) for x in out.splitlines()] if rc == 0 else []
+    ok = len(objs) == n_rows and all(
+        (o["decode_ns"] is None) == (o["label"] == "with outliers") for o in objs) and \
+        all(isinstance(o["decode_ns"], (int, float)) for o in objs if o["label"] != "with outliers") and \
+        list(objs[0].keys())[-3:] == ["decode_ns", "decode_speedup", "id"]
+    report("jsonl-threads-2", None if ok else "exit %d stderr %r first %r" % (rc, err[-200:], objs[:1]))
+
+    rc, out, err = run(["run", path, "--format", "csv", "--per-head", "--timing-repeat", "1"])
+    ph = rows_of(out) if rc == 0 else []
+    report("per-head-rows-untimed", None if rc == 0 and len(ph) == n_rows * 4 and
+           all(r[c] == "" for r in ph for c in TIMING) else "exit %d stderr %r" % (rc, err[-200:]))
+
+    rc, out, err = run(["run", "configs/practice.json", "--format", "csv", "--timing-repeat", "1"])
+    pr = rows_of(out) if rc == 0 else []
+    report("keys-only-config-timed", None if rc == 0 and len(pr) == 2 and all(int(r["decode_ns"]) > 0 for r in pr)
+           else "exit %d stderr %r" % (rc, err[-200:]))
+    for f in os.listdir(tmp):
+        os.remove(os.path.join(tmp, f))
+    os.rmdir(tmp)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
