@@ -390,6 +390,10 @@ static int cmd_help(int argc, char **argv)
         usage_main(stdout);
         return EXIT_OK;
     }
+    if (argc > 2) {
+        kvc_fail("help: one command at most; see kvc help (got \"%s\" after \"%s\")", argv[2], argv[1]);
+        return usage_error();
+    }
     const Command *c = find_command(argv[1]);
     if (!c) {
         kvc_fail("help: unknown command; see kvc help (got \"%s\")", argv[1]);

@@ -37,6 +37,7 @@ static const char *const fmt_names[] = {"table", "csv", "jsonl"};
 
 static int read_input(Input *in)
 {
+    if (!*in->path) return kvc_fail("merge: an input file name is empty (got \"\")");
     int fd = open(in->path, O_RDONLY);
     if (fd < 0) return kvc_fail("%s: cannot open (got %s)", in->path, strerror(errno));
     int rc = results_read_fd(fd, in->path, &in->text, &in->len);
@@ -162,6 +163,10 @@ int merge_command(int argc, char **argv)
             if (which == 1) {
                 sets[n_sets++] = (char *)v;
                 continue;
+            }
+            if (!*v) {
+                rc = usage("merge: %s: needs a file name (got \"\")", names[which]);
+                goto done;
             }
             slot = which == 0 ? &cfg_path : &out;
             *slot = v;
