@@ -24,6 +24,7 @@ typedef struct Seg {
     float *qp;                   /* (L*Hq, WK) prepared queries */
     int kivi_k, kivi_v;          /* read by the KIVI kernels */
     int tile_k, tile_v;          /* read through dequantized tiles (no kernel) */
+    float *bK, *bV;              /* low rank: the FP16 bases of Kk / Vk in float, (L*Hkv, rank, D); else NULL */
     /* naive path */
     float *Kf, *Vf;
     StoreTensor *Kn, *Vn;
@@ -181,6 +182,18 @@ static int check_tensors(const StoreTensor *K, const StoreTensor *V, size_t n_kv
     return 0;
 }
 
+/* The FP16 bases (rank, D) of n low-rank tensors converted to float once (each step reads them for every query
+ * head); NULL when the tensors are full rank. */
+static float *float_bases(const StoreTensor *t, size_t n, size_t D)
+{
+    size_t R = t[0].fmt.rank;
+    if (!R) return NULL;
+    float *b = xmalloc(n * R * D * sizeof *b);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < R * D; k++) b[i * R * D + k] = store_f16_to_f32(t[i].basis[k]);
+    return b;
+}
+
 static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0, int threads)
 {
     size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D, n_q = d->c.L * d->Hq;
@@ -222,10 +235,14 @@ static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const 
         for (size_t p = 0; p < sg->WV; p++) sg->permV[p] = p;
     sg->tile_k = !sg->kivi_k && !d->ks->scores[sg->Kk[0].fmt.type];
     sg->tile_v = V && !sg->kivi_v && !d->ks->vacc[sg->Vk[0].fmt.type];
+    sg->bK = float_bases(sg->Kk, n_kv, D);
+    sg->bV = V ? float_bases(sg->Vk, n_kv, D) : NULL;
 }
 
 static void seg_free(Seg *sg)
 {
+    free(sg->bK);
+    free(sg->bV);
     free(sg->permK);
     free(sg->permV);
     free(sg->qp);
@@ -371,15 +388,16 @@ static void naive_item(void *arg, size_t item, int tid)
 /* q for query head qh of layer l -> segment sg's prepared query (kernel order). */
 static void prepare_query(Decoder *d, Seg *sg, size_t l, size_t qh, double *x, double *y)
 {
-    size_t D = d->c.D, W = sg->WK;
-    const StoreTensor *K = &sg->Kk[l * d->c.Hkv + qh / d->G];
+    size_t D = d->c.D, W = sg->WK, kv = l * d->c.Hkv + qh / d->G;
+    const StoreTensor *K = &sg->Kk[kv];
     const float *q = d->q + (l * d->Hq + qh) * D;
     double inv = 1.0 / sqrt((double)D);
     for (size_t j = 0; j < D; j++) x[j] = (double)q[j] * inv;
     if (K->fmt.rank) {   /* q' = B q */
+        const float *B = sg->bK + kv * W * D;
         for (size_t r = 0; r < W; r++) {
             double a = 0.0;
-            for (size_t j = 0; j < D; j++) a += (double)store_f16_to_f32(K->basis[r * D + j]) * x[j];
+            for (size_t j = 0; j < D; j++) a += (double)B[r * D + j] * x[j];
             y[r] = a;
         }
     } else {
@@ -461,8 +479,8 @@ static void block_item(void *arg, size_t item, int tid)
 static void add_segment(const Decoder *d, const Seg *sg, size_t l, size_t qh, double *z, const double *num, double den,
                         double *y)
 {
-    size_t WV = sg->WV, D = d->c.D;
-    const StoreTensor *V = &sg->Vk[l * d->c.Hkv + qh / d->G];
+    size_t WV = sg->WV, D = d->c.D, kv = l * d->c.Hkv + qh / d->G;
+    const StoreTensor *V = &sg->Vk[kv];
     for (size_t p = 0; p < WV; p++) y[sg->permV[p]] = num[p] / den;
     if (store_type_is_int(V->fmt.type) && V->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < WV; j++) y[j] *= store_f16_to_f32(V->scales[j]);
@@ -473,9 +491,10 @@ static void add_segment(const Decoder *d, const Seg *sg, size_t l, size_t qh, do
         for (size_t j = 0; j < D; j++) z[j] += y[j];
         return;
     }
+    const float *B = sg->bV + kv * WV * D;
     for (size_t j = 0; j < D; j++) {
         double a = 0.0;
-        for (size_t r = 0; r < WV; r++) a += y[r] * store_f16_to_f32(V->basis[r * D + j]);
+        for (size_t r = 0; r < WV; r++) a += y[r] * (double)B[r * D + j];
         z[j] += a;
     }
 }
