@@ -30,6 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "bad-input"))
 import fixtures  # noqa: E402
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
 READER = os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_fuzz_regress")
 CASES = os.path.join(HERE, "bad-input", "cases")
@@ -56,17 +59,6 @@ TINY = {
                     {"method": "topk_attention", "budget": 8},
                     {"method": "lowrank", "rank": 2, "apply_to": "k"}],
 }
-
-failed = 0
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def short(s, n=300):
@@ -338,7 +330,7 @@ def main():
     note = ", ".join("%d need %s" % (n, k) for k, n in sorted(pending.items()))
     sys.stderr.write("test_bad_input: %d cases: %d through kvc, %d through the tensor reader%s\n"
                      % (len(cases), ran, via_reader, "; waiting for kvc features: " + note if note else ""))
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

@@ -20,22 +20,15 @@ import subprocess
 import sys
 import tempfile
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
 LESSON = "configs/lesson.json"
 PRACTICE = "configs/practice.json"
 ERR_RE = re.compile(r"^kvc: (.+): (.+) \(got (.*)\)$")
 
-failed = 0
 TMP = tempfile.mkdtemp(prefix="kvc-test-cli-")
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def run(args, stdout_path=None):
@@ -464,7 +457,7 @@ def main():
     ]
     for name, args, where, what, got in size_bad:
         err_case(name, ["size"] + args, where, what, got)
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

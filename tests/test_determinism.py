@@ -23,11 +23,13 @@ import subprocess
 import sys
 import tempfile
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.path.abspath(os.environ.get("KVC", "./kvc"))
 ROOT = os.getcwd()
 TIMING = {"decode_ns", "decode_speedup"}
 TMP = tempfile.mkdtemp(prefix="kvc-determinism-")
-failed = 0
 
 # a small real-shaped config: 2 layers x 2 KV heads x 4 query heads, RoPE, sinks, observation window
 MULTI = {
@@ -49,15 +51,6 @@ MULTI = {
         {"method": "lowrank", "rank": [2, 8], "apply_to": "kv"},
     ],
 }
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def run(args, env_extra=None, stdout_file=None, cwd=None):
@@ -177,7 +170,7 @@ def main():
     check_config("lesson-table", "configs/lesson.json", "table", [], False)
     if os.path.exists("configs/sweep-pareto.json"):   # every method family
         check_config("sweep-pareto", "configs/sweep-pareto.json", "csv", [], out_option, threads)
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

@@ -27,21 +27,14 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle  # noqa: E402
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
 TMP = tempfile.mkdtemp(prefix="kvc-edge-")
 ERR_RE = re.compile(r"^kvc: (.+): (.+) \(got (.*)\)\n$")
 FLOAT_COLS = ["attn_error", "k_error", "v_error", "k_error_ordinary", "k_zeroed_ordinary", "ratio",
               "attn_error_p50", "attn_error_p95", "attn_error_max", "attn_kl", "retained_mass", "topk_recall"]
-failed = 0
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def config(T=16, D=8, keys=None, values=True, query=True, exps=None, seed=5):
@@ -247,7 +240,7 @@ def main():
     report("format-overflow-f16", None if rc == 1 and m and "cannot hold data this large" in err and
            len(rows) == 1 and no_nan(rows) is None
            else "exit %d, %d rows, stderr %r" % (rc, len(rows), err[:300]))
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

@@ -31,10 +31,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle  # noqa: E402
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
 TMP = tempfile.mkdtemp(prefix="kvc-files-")
 ERR_RE = re.compile(r"^kvc: (.+): (.+) \(got (.*)\)$")
-failed = 0
 
 MULTI = {
     "seed": 7,
@@ -56,15 +58,6 @@ MULTI = {
         {"method": "lowrank", "rank": [4, 12], "apply_to": "kv"},
     ],
 }
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def run(*args):
@@ -521,7 +514,7 @@ def main():
     round_trips()
     from_numpy()
     bad_cases()
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

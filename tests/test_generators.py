@@ -29,19 +29,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle  # noqa: E402
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
-failed = 0
 TMP = tempfile.mkdtemp(prefix="kvc-test-gen-")
 atexit.register(shutil.rmtree, TMP, ignore_errors=True)
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def check(name, fn):
@@ -367,4 +360,4 @@ def bad_case(path_set, value, where, words, got):
 for name, p, v, where, words, got in BAD:
     check("bad-" + name, bad_case(p, v, where, words, got))
 
-sys.exit(1 if failed else 0)
+sys.exit(checks.status())

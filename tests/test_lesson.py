@@ -19,6 +19,9 @@ import re
 import subprocess
 import sys
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 KVC = os.environ.get("KVC", "./kvc")
@@ -37,17 +40,6 @@ LESSON_ROWS = [("quantize K,V to INT8", "0.007"), ("quantize K,V to INT4", "0.10
 # practice_outlier_channels.expected: error(all), error(ordinary), zeroed, bytes; FP16 bytes 6400
 PRACTICE_ROWS = [("per-token", "0.119", "0.674", "69%", 2000), ("per-channel", "0.108", "0.123", "17%", 1632)]
 PRACTICE_FP16 = 6400
-
-failed = 0
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def short(s, n=300):
@@ -452,7 +444,7 @@ def main():
         return None if untimed(timed) == untimed(kvc(["run", LESSON, "--format", "csv", "--no-timing"])) else \
             "the timed CSV differs from a --no-timing run in other columns"
     check("lesson-deterministic", determinism)
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

@@ -11,18 +11,11 @@ import subprocess
 import sys
 import tempfile
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
 TIMING = ("decode_ns", "decode_speedup")
-failed = 0
-
-
-def report(name, why):
-    global failed
-    if why is None:
-        print("PASS %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def run(args):
@@ -113,7 +106,7 @@ def main():
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
     os.rmdir(tmp)
-    return 1 if failed else 0
+    return checks.status()
 
 
 if __name__ == "__main__":

@@ -149,10 +149,7 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
 {
     (void)d;
     (void)c;
-    if (exp_param_num(ex, "outliers") > 0) {
-        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
-        return;
-    }
+    if (qprep_no_decode(f, ex)) return;
     if (exp_param(ex, "scale") == SC_TOKEN) {
         f->none = "its per-token FP32 scales have no decode kernel";
         return;

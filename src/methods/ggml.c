@@ -87,10 +87,7 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
 {
     (void)d;
     (void)c;
-    if (exp_param_num(ex, "outliers") > 0) {
-        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
-        return;
-    }
+    if (qprep_no_decode(f, ex)) return;
     StoreFormat fmt;
     memset(&fmt, 0, sizeof fmt);
     fmt.type = type_of[exp_param(ex, "type")];

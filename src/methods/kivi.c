@@ -92,10 +92,7 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
 {
     (void)d;
     (void)c;
-    if (exp_param_num(ex, "outliers") > 0) {
-        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
-        return;
-    }
+    if (qprep_no_decode(f, ex)) return;
     size_t R = (size_t)exp_param(ex, "residual");
     if (f->T <= R) return;   /* every token in FP16 */
     long sd = exp_param(ex, "scale_dtype");

@@ -92,6 +92,13 @@ void qprep_free(QPrep *q)
     memset(q, 0, sizeof *q);
 }
 
+int qprep_no_decode(DecodeForm *f, const Experiment *ex)
+{
+    if (!(exp_param_num(ex, "outliers") > 0)) return 0;
+    f->none = "its outlier records (dense-and-sparse) have no decode kernel";
+    return 1;
+}
+
 int qprep_check(const Experiment *ex, const Dims *d)
 {
     int i = method_param_index(ex->method, "rotate");

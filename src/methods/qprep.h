@@ -62,6 +62,10 @@ uint64_t qprep_intn(double *out, const double *x, size_t T, size_t D, StoreForma
 extern const char *const qprep_scale_choices[];
 enum { SCALE_FP16 = 0, SCALE_FP16_EXACT = 1, SCALE_FP32 = 2 };
 
+/* decode_form helper (methods.h DecodeForm): outlier records have no decode kernel, so a quantizer with
+ * outliers > 0 is not timed: sets f->none and returns 1; else 0. */
+int qprep_no_decode(DecodeForm *f, const Experiment *ex);
+
 /* check() helper: "rotate" (when the method has it) needs a head dim that is a power of two. */
 int qprep_check(const Experiment *ex, const Dims *d);
 

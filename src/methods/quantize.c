@@ -91,10 +91,7 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
 {
     (void)d;
     (void)c;
-    if (exp_param_num(ex, "outliers") > 0) {
-        f->none = "its outlier records (dense-and-sparse) have no decode kernel";
-        return;
-    }
+    if (qprep_no_decode(f, ex)) return;
     long sd = exp_param(ex, "scale_dtype");
     decode_form_set(f, exp_param(ex, "apply_to"),
                     store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
