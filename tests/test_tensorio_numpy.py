@@ -20,17 +20,10 @@ import tempfile
 
 import numpy as np
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report as result
+
 BIN = os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_tensorio")  # make sanitize: build-san/tests
-failures = 0
-
-
-def result(name, err):
-    global failures
-    if err is None:
-        print("PASS %s" % name)
-    else:
-        failures += 1
-        print("FAIL %s: %s" % (name, err))
 
 
 def run(*args):
@@ -136,11 +129,11 @@ def read_safetensors(path):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="kvc_tensorio_np_") as tmp:
-        checks(tmp)
-    return 1 if failures else 0
+        run_checks(tmp)
+    return checks.status()
 
 
-def checks(tmp):
+def run_checks(tmp):
     rng = np.random.default_rng(20240601)
     p = lambda name: os.path.join(tmp, name)
 
