@@ -39,7 +39,7 @@ typedef struct Opts {
 } Opts;
 
 static const char *const default_formats =
-    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,lr32/f16,kivi4,kivi2";
+    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,lr32/f16,kivi4,kivi2";
 
 /* ---- arguments ----------------------------------------------------------------------------------------------- */
 
