@@ -47,23 +47,6 @@ INLINE __m256 f16_bcast(const uint8_t *p)
     return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
 }
 
-/* 32 bytes (element e in byte e) -> 4 vectors of 8 floats, signed or unsigned bytes. */
-INLINE void widen_bytes(const int sgn, __m256i b, __m256 *x)
-{
-    __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
-    __m128i c[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    UNROLL for (int k = 0; k < 4; k++)
-        x[k] = _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(c[k]) : _mm256_cvtepu8_epi32(c[k]));
-}
-
-/* The 16 nibble bytes of qs as 32 bytes: element e (0..31) in byte e (low nibbles, then high nibbles). */
-INLINE __m256i nibbles(const uint8_t *qs)
-{
-    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs), m = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(q, m), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-
 /* x[0..4) = the block at p in natural order (values, or codes with *d the block scale; see the top). */
 INLINE void cvt_block(const StoreType T, const uint8_t *p, __m256 *x, __m256 *d)
 {
