@@ -480,7 +480,7 @@ static void print_machine(const Opts *o, const double *bw_med, const double *bw_
     isa_flags(isa, sizeof isa);
     printf("# kvc %s bench\n", KVC_VERSION);
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, cpu_count(), cache);
-    printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels_avx2.c built with -mavx2 -mfma "
+    printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 -mfma "
            "-mf16c)\n", isa, decode_isa());
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "

@@ -1,6 +1,6 @@
 /* test_decode: the decode kernels (src/decode/) against the quality path and against each other.
  *
- * For every stored format (f32 ... q4_0, per-token and per-channel int scales, low-rank keys and values)
+ * For every stored format (f32 ... iq4_nl, per-token and per-channel int scales, low-rank keys and values)
  * and odd shapes (T = 1, a block boundary +- 1, T not a multiple of any unit; D = 64 / 128 / 256 and
  * a D that is not a multiple of 8 or 16; G = 1, 3, 4, 9 query heads per KV head; all-zero tokens and
  * channels), each implementation's output is compared with attention in double over the dequantized
