@@ -40,17 +40,20 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# Decode speed path: only kernels_avx2.c and kernels_kivi_avx2.c get the ISA flags (on x86); decode.c calls
-# them after a runtime CPU check (cpuid + xgetbv) and falls back to the scalar _ref kernels. Never fast-math.
+# Decode speed path: only kernels_avx2.c, kernels_kivi_avx2.c and kernels_ggml_avx2.c get the ISA flags (on x86);
+# decode.c calls them after a runtime CPU check (cpuid + xgetbv) and falls back to the scalar _ref kernels. Never
+# fast-math.
 # -g1 (line tables): the unrolled intrinsics make full debug info slow to build. Under make sanitize the files
 # keep ASan but not UBSan (both together take minutes on this one file; ASan still checks every vector load).
 ifneq ($(filter x86_64 amd64 i386 i686,$(shell uname -m)),)
 $(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
 $(BUILD)/src/decode/kernels_kivi_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
+$(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
 endif
 ifneq ($(findstring -fsanitize,$(XCFLAGS)),)
 $(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -fno-sanitize=undefined
 $(BUILD)/src/decode/kernels_kivi_avx2.o: CFLAGS += -fno-sanitize=undefined
+$(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -fno-sanitize=undefined
 endif
 $(BUILD)/src/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
 

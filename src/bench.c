@@ -39,7 +39,7 @@ typedef struct Opts {
 } Opts;
 
 static const char *const default_formats =
-    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,lr32/f16,kivi4,kivi2";
+    "f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,lr32/f16,kivi4,kivi2";
 
 /* ---- arguments ----------------------------------------------------------------------------------------------- */
 
@@ -480,7 +480,7 @@ static void print_machine(const Opts *o, const double *bw_med, const double *bw_
     isa_flags(isa, sizeof isa);
     printf("# kvc %s bench\n", KVC_VERSION);
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, cpu_count(), cache);
-    printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels_avx2.c built with -mavx2 -mfma "
+    printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 -mfma "
            "-mf16c)\n", isa, decode_isa());
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "

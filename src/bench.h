@@ -24,12 +24,13 @@
     "  --q-heads LIST    query heads, each a multiple of H; comma list (default 8)\n"                          \
     "  --head-dim D      head dimension (default 128)\n"                                                       \
     "  --formats LIST    comma list of cache formats; FMT for K and V, or KFMT/VFMT; FMT is f32 f16 bf16\n"    \
-    "                    e4m3 (fp8) e5m2 int8 int4 int2 (scale per token; int8ch.. per channel) q8_0 q4_0,\n"  \
-    "                    or lrR / lrR:FMT (rank-R coefficients + FP16 basis); or kivi2 kivi4 kivi8 alone\n"   \
+    "                    e4m3 (fp8) e5m2 int8 int4 int2 (scale per token; int8ch.. per channel) q8_0 q4_0\n"   \
+    "                    q4_1 q5_0 q5_1 iq4_nl (the ggml types: blocks of 32 along the row), or lrR /\n"     \
+    "                    lrR:FMT (rank-R coefficients + FP16 basis); or kivi2 kivi4 kivi8 alone\n"            \
     "                    (KIVI: asymmetric B-bit keys per channel and values per token in groups of 32,\n"    \
     "                    FP16 scales and mins, the last 128 tokens in FP16). Default:\n"                      \
-    "                    f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,lr32/f16,\n"  \
-    "                    kivi4,kivi2\n"                                                                        \
+    "                    f32,f16,bf16,e4m3,e5m2,int8,int4,int2,int8ch/int8,int4ch/int4,q8_0,q4_0,q4_1,\n"     \
+    "                    q5_0,q5_1,iq4_nl,lr32/f16,kivi4,kivi2\n"                                              \
     "  --threads LIST    thread counts, comma list (default 1 and the number of CPUs)\n"                       \
     "  --repeat N        timed steps per measurement after one warm-up (default 10)\n"                          \
     "  --naive-repeat N  timed naive steps (default 3; 0 skips the naive path)\n"                              \

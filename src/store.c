@@ -385,14 +385,14 @@ static int parse_type(StoreFormat *f, const char *s, const char *what, const cha
         f->type = STORE_E4M3;
     } else {
         int found = 0;
-        for (int t = 0; t <= STORE_Q4_0; t++)   /* the formats the decode kernels read */
+        for (int t = 0; t <= STORE_IQ4_NL; t++)   /* the formats the decode kernels read (not intN) */
             if (strlen(type_names[t]) == n && strncmp(s, type_names[t], n) == 0) {
                 f->type = (StoreType)t;
                 found = 1;
             }
         if (!found)
             return kvc_fail("%s: unknown format; expected f32, f16, bf16, e4m3, e5m2, int8, int4, int2 (+ch), "
-                            "q8_0, q4_0 or lrR[:TYPE] (got \"%s\")", what, whole);
+                            "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or lrR[:TYPE] (got \"%s\")", what, whole);
     }
     if (f->axis == STORE_AXIS_CHANNEL && !store_type_is_int(f->type))
         return kvc_fail("%s: only int8, int4 and int2 take the \"ch\" (per-channel scale) suffix (got \"%s\")",

@@ -41,7 +41,7 @@
  *          the previous block of the row (ggml leaves them as they were; for the first block of a row, where
  *          ggml's are undefined, kvc writes 0); it reads back 0 either way.
  *          All four are bit-exact with ggml's quantize_row_*_ref (../shared/reference/ggml-formats.md); one row
- *          of W values is one ggml call. Not accepted by store_format_parse (the decode kernels do not read them).
+ *          of W values is one ggml call.
  *   intN   (STORE_INTN, the method library's grouped integer format; not accepted by store_format_parse)
  *          b = fmt.bits-bit codes in groups with their own scale (and min). Axis token: groups of
  *          g = fmt.group consecutive columns within a token row, ceil(W / g) per row, ordered by token then
@@ -98,8 +98,8 @@ typedef enum StoreType {
     STORE_INT2,
     STORE_Q8_0,
     STORE_Q4_0,
-    /* Added for the method library (quantize, kivi, ggml); store_format_parse does not read these names (the
-     * decode kernels do not read these formats): the methods set StoreFormat themselves. */
+    /* Added for the method library (quantize, kivi, ggml). store_format_parse reads the four ggml names; it does
+     * not read intN (the methods set StoreFormat themselves). */
     STORE_Q4_1,
     STORE_Q5_0,
     STORE_Q5_1,
@@ -185,9 +185,9 @@ int store_type_bits(StoreType t);
 int store_type_is_int(StoreType t);   /* int8 / int4 / int2: has FP16 group scales */
 
 /* Parses one tensor format: TYPE[ch] or lrR[:TYPE[ch]]:
- *   f32 f16 bf16 e4m3 (alias fp8) e5m2 int8 int4 int2 q8_0 q4_0; an int type with suffix "ch" has one scale
- *   per channel ("int4ch"), without it one per token; "lr32" is rank-32 low rank with f16 coefficients,
- *   "lr32:int8" with int8 coefficients. Returns 0, or -1 with kvc_fail("<what>: ...") set. */
+ *   f32 f16 bf16 e4m3 (alias fp8) e5m2 int8 int4 int2 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl (not intN); an int
+ *   type with suffix "ch" has one scale per channel ("int4ch"), without it one per token; "lr32" is rank-32
+ *   low rank with f16 coefficients, "lr32:int8" with int8 coefficients. Returns 0, or -1 with kvc_fail("<what>: ...") set. */
 int store_format_parse(StoreFormat *f, const char *name, const char *what);
 /* Writes the canonical name of f (as store_format_parse reads it) into buf. */
 void store_format_name(char *buf, size_t cap, StoreFormat f);

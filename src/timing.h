@@ -15,7 +15,8 @@
  *
  * The method library's intN tensors that are symmetric with one FP16 scale per token row (or per channel column)
  * at 8, 4 or 2 bits are the int8/int4/int2 formats of store.h (same bytes) and are timed with those fused kernels;
- * other intN shapes and q4_1/q5_0/q5_1/iq4_nl go through the decode path's generic tiles (correct, not fused).
+ * KIVI's shapes have their own kernels; other intN shapes go through the decode path's generic tiles (correct, not
+ * fused). Every ggml type (q8_0 ... iq4_nl) has a fused kernel.
  * Caches without values (data.values false) time the key side only (scores and their max).
  *
  * Ownership: a Timing keeps a pointer to the Data (which must outlive it) and owns the baseline cache.

@@ -1,12 +1,14 @@
 /* test_decode: the decode kernels (src/decode/) against the quality path and against each other.
  *
- * For every stored format (f32 ... q4_0, per-token and per-channel int scales, low-rank keys and values)
+ * For every stored format (f32 ... iq4_nl, per-token and per-channel int scales, low-rank keys and values)
  * and odd shapes (T = 1, a block boundary +- 1, T not a multiple of any unit; D = 64 / 128 / 256 and
  * a D that is not a multiple of 8 or 16; G = 1, 3, 4, 9 query heads per KV head; all-zero tokens and
  * channels), each implementation's output is compared with attention in double over the dequantized
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
  * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
- * without a fused kernel (q4_1, q5_0, q5_1, iq4_nl, intN) go through the generic dequantized-tile path.
+ * without a fused kernel (the method library's intN shapes that are not KIVI's) go through the generic
+ * dequantized-tile path. ggml q4_1 / q5_0 / q5_1 / iq4_nl: all of the above (but D % 32 == 0), G = 1 / 2 / 4 / 8 /
+ * 10, rows wider than the V tile, low-rank coefficients, and an all-zero block after a non-zero one.
  * KIVI caches (asymmetric intN keys per channel, values per token, 2 / 4 / 8 bits, FP16 parameters) with and
  * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair.
  * The worst relative errors seen are printed as a comment line.
@@ -90,6 +92,9 @@ static void case_init(Case *c, const char *kname, const char *vname, size_t L, s
                     for (size_t j = 0; j < W; j++) x[t * W + j] = 0.0;
                 if (W > 2) x[t * W + 2] = 0.0;
             }
+            /* q4_1 ... iq4_nl: an all-zero block after a non-zero one (iq4_nl repeats the nibbles, d = 0) */
+            if (f.type >= STORE_Q4_1 && f.type <= STORE_IQ4_NL && T > 3 && W >= 64)
+                for (size_t j = 32; j < 64; j++) x[3 * W + j] = 0.0;
             store_alloc(st, f, T, D);
             store_quantize_f64(st, x);
             if (f.rank) {
@@ -461,8 +466,8 @@ int main(void)
 {
     la_init();
     static const char *const fmts[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "int8", "int4", "int2",
-                                       "int8ch", "int4ch", "int2ch", "q8_0", "q4_0"};
-    size_t nf = sizeof fmts / sizeof fmts[0];
+                                       "int8ch", "int4ch", "int2ch", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    size_t nf = sizeof fmts / sizeof fmts[0], n_block = 6;   /* the last n_block: ggml blocks of 32 */
     /* every format at D = 128 with GQA, T crossing a block boundary */
     for (size_t i = 0; i < nf; i++) run_case(fmts[i], fmts[i], 1, 2, 4, 2049, 128, 1);
     /* odd sizes: one token, T = 37, D = 64 / 256, G = 1 / 3 / 9 */
@@ -471,8 +476,8 @@ int main(void)
         run_case(fmts[i], fmts[i], 2, 1, 3, 37, 256, 0);
         run_case(fmts[i], fmts[i], 1, 1, 9, 100, 64, 0);
     }
-    /* D not a multiple of 8/16/32 (not for q8_0 / q4_0): column tails */
-    for (size_t i = 0; i < nf - 2; i++) run_case(fmts[i], fmts[i], 1, 2, 2, 45, 37, 0);
+    /* D not a multiple of 8/16/32 (not for the ggml blocks): column tails */
+    for (size_t i = 0; i < nf - n_block; i++) run_case(fmts[i], fmts[i], 1, 2, 2, 45, 37, 0);
     /* mixed K/V formats, KIVI-like per-channel keys, low rank keys and values */
     run_case("int4ch", "int4", 1, 2, 4, 300, 128, 1);
     run_case("lr32", "f16", 1, 2, 4, 2100, 128, 1);
@@ -483,9 +488,18 @@ int main(void)
     /* rows wider than the GQA tile scratch (head by head), and narrow rows (interleaved) */
     run_case("f16", "int4", 1, 1, 4, 70, 544, 0);
     run_case("lr16:int4", "lr32:q8_0", 1, 2, 2, 130, 64, 0);
+    /* ggml q4_1 / q5_0 / q5_1 / iq4_nl: one query head per KV head over two blocks (threads), G = 2 and 8 (the
+     * V tile groups of 8 and 2), rows wider than the V tile (head by head), mixed, low-rank coefficients */
+    for (size_t i = nf - 4; i < nf; i++) {
+        run_case(fmts[i], fmts[i], 1, 2, 1, 4097, 128, 1);
+        run_case(fmts[i], fmts[i], 1, 1, 2, 300, 256, 0);
+    }
+    run_case("q4_1", "q5_0", 1, 2, 8, 2100, 64, 1);
+    run_case("iq4_nl", "q5_1", 1, 1, 10, 77, 128, 0);
+    run_case("q5_1", "iq4_nl", 1, 1, 4, 70, 544, 0);
+    run_case("lr32:q4_1", "lr64:q5_0", 1, 2, 4, 130, 64, 0);
+    run_case("lr32:iq4_nl", "lr32:q5_1", 1, 1, 1, 50, 128, 0);
     /* formats without a fused kernel (the method library's): the generic dequantized-tile path */
-    run_case("q4_1", "q5_0", 1, 2, 2, 2100, 64, 1);
-    run_case("iq4_nl", "q5_1", 1, 1, 3, 77, 128, 0);
     run_case("int3g16", "f16", 1, 1, 1, 40, 64, 0);
     /* bad input */
     Case c;

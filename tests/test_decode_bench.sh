@@ -30,6 +30,17 @@ head -n 1 "$tmp/txt" | grep -q '^# kvc .* bench$' && grep -q '^# cpu: ' "$tmp/tx
     && grep -q '^q4_0 ' "$tmp/txt" && ok bench-table-machine-header || bad bench-table-machine-header "$(head -n 3 "$tmp/txt")"
 "$KVC" bench --help >"$tmp/help" 2>&1 && grep -q '^usage: kvc bench' "$tmp/help" && ok bench-help || bad bench-help "no usage"
 
+# the ggml block types q4_1, q5_0, q5_1, iq4_nl (fused kernels), GQA, 1 and 2 threads: accurate, thread-invariant,
+# bytes 20 / 22 / 24 / 18 per 32 values (lr32:q5_1 keys: 24 per token and the FP16 basis 32 x 64)
+"$KVC" bench --tokens 200 --kv-heads 1 --q-heads 1,4 --head-dim 64 --formats q4_1,q5_0,q5_1,iq4_nl,lr32:q5_1/iq4_nl \
+    --threads 1,2 --repeat 1 --naive-repeat 1 --bw-mib 4 --format csv >"$tmp/ggml" 2>"$tmp/err"
+rc=$?
+rows=$(tail -n +2 "$tmp/ggml" | wc -l)
+nok=$(tail -n +2 "$tmp/ggml" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
+bytes=$(tail -n +2 "$tmp/ggml" | awk -F, '$9 == 1 && $6 == 1 {printf "%s=%s ", $1, $11}')
+[ $rc -eq 0 ] && [ "$rows" -eq 20 ] && [ "$nok" -eq 0 ] && [ "$bytes" = "q4_1=16000 q5_0=17600 q5_1=19200 iq4_nl=14400 lr32:q5_1/iq4_nl=16096 " ] \
+    && ok bench-ggml-block-types || bad bench-ggml-block-types "exit $rc, $rows rows (want 20), $nok not ok, bytes $bytes: $(head -c 200 "$tmp/err")"
+
 expect_usage() {  # expect_usage NAME PATTERN ARGS...
     name=$1; pat=$2; shift 2
     "$KVC" bench "$@" >"$tmp/out" 2>"$tmp/err"

@@ -12,9 +12,10 @@
  *   - Low-rank keys (rank R): q' = B q once per step (in double, rounded to float), then s_t = c_t . q'
  *     over the R stored coefficients. Low-rank values: the R-dim weighted sum times B at the end.
  *   - An evicted cache is a cache with fewer tokens: pass the compacted kept rows.
- *   - Fused kernels exist for f32, f16, bf16, e4m3, e5m2, int8/int4/int2 and q8_0/q4_0. Any other stored
- *     format (q4_1, q5_0, q5_1, iq4_nl, the method library's intN) is decoded through small tiles of up to
- *     256 rows dequantized with store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
+ *   - Fused kernels exist for f32, f16, bf16, e4m3, e5m2, int8/int4/int2, the ggml types q8_0/q4_0/q4_1/
+ *     q5_0/q5_1/iq4_nl (kernels_ggml.h for the last four) and KIVI's intN shapes (kernels_kivi.h). Any other
+ *     stored format (the method library's other intN shapes) is decoded through small tiles of up to 256 rows
+ *     dequantized with store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
  * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens); each item computes the
  * block's scores, its max m_b, p = exp(s - m_b), l_b = sum p and acc_b = sum p v in float32, written to its
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.

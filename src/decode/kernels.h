@@ -77,7 +77,7 @@ static inline float decode_elem(StoreType t, const uint8_t *row, size_t j)
         int n = i < 16 ? b->qs[i] & 0xF : b->qs[i - 16] >> 4;
         return (float)(n - 8) * store_f16_to_f32(b->d);
     }
-    default: break;   /* q4_1 ... intN have no kernel: decode.c reads them through store_dequantize_rows_f32 */
+    default: break;   /* q4_1 ... iq4_nl: kernels_ggml.h; intN: kernels_kivi.h or decode.c's tile path */
     }
     return 0.0f;
 }

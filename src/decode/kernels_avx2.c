@@ -21,6 +21,7 @@
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
+#include "decode/kernels_ggml.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -764,10 +765,18 @@ static const KernelSet kernels_avx2 = {
     .scores = {[STORE_F32] = scores_f32, [STORE_F16] = scores_f16, [STORE_BF16] = scores_bf16,
                [STORE_E4M3] = scores_e4m3, [STORE_E5M2] = scores_e5m2, [STORE_INT8] = scores_int8,
                [STORE_INT4] = scores_int4, [STORE_INT2] = scores_int2, [STORE_Q8_0] = scores_q8_0,
-               [STORE_Q4_0] = scores_q4_0},
+               [STORE_Q4_0] = scores_q4_0,
+               [STORE_Q4_1] = decode_ggml_scores_q4_1_avx2,
+               [STORE_Q5_0] = decode_ggml_scores_q5_0_avx2,
+               [STORE_Q5_1] = decode_ggml_scores_q5_1_avx2,
+               [STORE_IQ4_NL] = decode_ggml_scores_iq4_nl_avx2},
     .vacc = {[STORE_F32] = vacc_f32, [STORE_F16] = vacc_f16, [STORE_BF16] = vacc_bf16, [STORE_E4M3] = vacc_e4m3,
              [STORE_E5M2] = vacc_e5m2, [STORE_INT8] = vacc_int8, [STORE_INT4] = vacc_int4, [STORE_INT2] = vacc_int2,
-             [STORE_Q8_0] = vacc_q8_0, [STORE_Q4_0] = vacc_q4_0},
+             [STORE_Q8_0] = vacc_q8_0, [STORE_Q4_0] = vacc_q4_0,
+             [STORE_Q4_1] = decode_ggml_vacc_q4_1_avx2,
+             [STORE_Q5_0] = decode_ggml_vacc_q5_0_avx2,
+             [STORE_Q5_1] = decode_ggml_vacc_q5_1_avx2,
+             [STORE_IQ4_NL] = decode_ggml_vacc_iq4_nl_avx2},
     .raw_scale = {[STORE_E4M3] = 256},
     .col_order = col_order_avx2,
     .max = max_avx2,

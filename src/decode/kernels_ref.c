@@ -2,6 +2,7 @@
  * each row is decoded in chunks of 256 elements into float32 (exact: code times scale) and consumed one
  * token at a time, with one float32 accumulator per dot product (a sequential sum over the columns). */
 #include "decode/kernels.h"
+#include "decode/kernels_ggml.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,10 +106,18 @@ const KernelSet decode_kernels_ref = {
     .name = "scalar",
     .scores = {[STORE_F32] = scores_ref, [STORE_F16] = scores_ref, [STORE_BF16] = scores_ref, [STORE_E4M3] = scores_ref,
                [STORE_E5M2] = scores_ref, [STORE_INT8] = scores_ref, [STORE_INT4] = scores_ref,
-               [STORE_INT2] = scores_ref, [STORE_Q8_0] = scores_ref, [STORE_Q4_0] = scores_ref},
+               [STORE_INT2] = scores_ref, [STORE_Q8_0] = scores_ref, [STORE_Q4_0] = scores_ref,
+               [STORE_Q4_1] = decode_ggml_scores_ref,
+               [STORE_Q5_0] = decode_ggml_scores_ref,
+               [STORE_Q5_1] = decode_ggml_scores_ref,
+               [STORE_IQ4_NL] = decode_ggml_scores_ref},
     .vacc = {[STORE_F32] = vacc_ref, [STORE_F16] = vacc_ref, [STORE_BF16] = vacc_ref, [STORE_E4M3] = vacc_ref,
              [STORE_E5M2] = vacc_ref, [STORE_INT8] = vacc_ref, [STORE_INT4] = vacc_ref, [STORE_INT2] = vacc_ref,
-             [STORE_Q8_0] = vacc_ref, [STORE_Q4_0] = vacc_ref},
+             [STORE_Q8_0] = vacc_ref, [STORE_Q4_0] = vacc_ref,
+             [STORE_Q4_1] = decode_ggml_vacc_ref,
+             [STORE_Q5_0] = decode_ggml_vacc_ref,
+             [STORE_Q5_1] = decode_ggml_vacc_ref,
+             [STORE_IQ4_NL] = decode_ggml_vacc_ref},
     .raw_scale = {0},
     .col_order = col_order_ref,
     .max = max_ref,

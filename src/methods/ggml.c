@@ -82,7 +82,7 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return 0;
 }
 
-/* The ggml type (q8_0, q4_0, f16, bf16 have fused decode kernels; the others go through the generic path). */
+/* The ggml type (every type has a fused decode kernel: src/decode/kernels*.c, kernels_ggml*.c). */
 static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
 {
     (void)d;
