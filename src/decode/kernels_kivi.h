@@ -38,7 +38,7 @@ typedef struct KiviRows {
 } KiviRows;
 
 /* Floats of scratch a kernel call needs for G query heads over rows of W columns. */
-#define KIVI_SCRATCH(G, W) ((G) * (2 * (W) + 16))
+#define KIVI_SCRATCH(G, W) ((G) * (3 * (W) + 16) + 2 * (W) + 64)
 
 /* s[h*ls + i] = sum_j q[h*W + j] * value(t0+i, j), h < G, i < n; q: G queries of W floats (natural order). */
 typedef void (*KiviScoresFn)(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
