@@ -112,13 +112,18 @@ INLINE void reduce8(const __m256 *v, float *out)
 
 /* ---- keys ---------------------------------------------------------------------------------------------------- */
 
+/* Rows per key tile for GC heads: 8 / GC, 4 / GC for 2 bits (its 4 vectors per unit and their 4 query vectors
+ * would not fit the 16 registers next to 8 accumulators). */
+#define KR_OF(B, GC) (((B) == 2 ? 4 : 8) / (GC))
+
 /* R consecutive rows (R * GC <= 8) for GC heads, rows interleaved unit by unit (each query vector loaded once
- * for the R rows; R * GC independent accumulators): out[r*GC + h] = q'_h . n_{row r}, uncentred codes. */
+ * for the R rows; 8 / (R * GC) independent accumulators per row and head): out[r*GC + h] = q'_h . n_{row r},
+ * uncentred codes. */
 INLINE void key_tile(const int B, const int GC, const int R, float *out, const float *qs, size_t W,
                      const uint8_t *base, size_t rb)
 {
     const size_t U = U_OF(B), nfu = W / U;
-    const int NV = NV_OF(B);
+    const int NV = NV_OF(B), A = 8 / (R * GC) >= 2 ? 2 : 1;
     const __m256 zero = _mm256_setzero_ps();
     __m256 a[8];
     UNROLL for (int m = 0; m < 8; m++) a[m] = zero;
@@ -128,16 +133,21 @@ INLINE void key_tile(const int B, const int GC, const int R, float *out, const f
             __m256 x[4];
             cvt_unit(B, 0, base + (size_t)r * rb + 8 * u, x, zero);
             UNROLL for (int h = 0; h < GC; h++)
-                UNROLL for (int c = 0; c < NV; c++)
-                    a[r * GC + h] = _mm256_fmadd_ps(x[c], _mm256_loadu_ps(qu + (size_t)h * W + 8 * (size_t)c), a[r * GC + h]);
+                UNROLL for (int c = 0; c < NV; c++) {
+                    const int ai = (r * GC + h) * A + c % A;
+                    a[ai] = _mm256_fmadd_ps(x[c], _mm256_loadu_ps(qu + (size_t)h * W + 8 * (size_t)c), a[ai]);
+                }
         }
     }
     for (size_t j = nfu * U; j < W; j += 8)
         UNROLL for (int r = 0; r < R; r++) {
             __m256 x = cvt8(B, 0, base + (size_t)r * rb, j, zero);
             UNROLL for (int h = 0; h < GC; h++)
-                a[r * GC + h] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + j), a[r * GC + h]);
+                a[(r * GC + h) * A] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + j), a[(r * GC + h) * A]);
         }
+    if (A == 2)
+        UNROLL for (int m = 0; m < R * GC; m++) a[m] = _mm256_add_ps(a[2 * m], a[2 * m + 1]);
+    UNROLL for (int m = R * GC; m < 8; m++) a[m] = zero;
     reduce8(a, out);
 }
 
@@ -146,7 +156,7 @@ INLINE void key_tile(const int B, const int GC, const int R, float *out, const f
 INLINE void key_rows(const int B, const int GC, float *s, size_t ls, const float *qs, const float *c, const KiviRows *k,
                      size_t t0, size_t i, size_t n)
 {
-    const int R = 8 / GC;
+    const int R = KR_OF(B, GC);
     const size_t W = k->W, rb = k->row_bytes;
     float out[8];
     size_t e = i + n;
@@ -257,31 +267,39 @@ INLINE void val_tile(const int B, const int GC, const int KO, const int R, float
                      size_t W, size_t g, size_t per, const uint8_t *base, size_t rb)
 {
     const size_t U = KO ? U_OF(B) : 8, nfu = KO ? W / U : 0;
-    const int NV = NV_OF(B);
+    const int NV = NV_OF(B), A = GC * NV <= 4 && R > 1 ? 2 : 1;   /* A: chains per vector (even / odd rows) */
     const __m256 zero = _mm256_setzero_ps();
+    size_t k = 0, kend = g;   /* the group of the current columns, and where it ends */
     for (size_t u = 0; u < nfu; u++) {
-        size_t k = u * U / g;
+        while (u * U >= kend) k++, kend += g;
         __m256 a[8];
         UNROLL for (int h = 0; h < GC; h++) {
             __m256 c0 = _mm256_sub_ps(zero, _mm256_broadcast_ss(wc + (size_t)h * per + k));
-            UNROLL for (int c = 0; c < NV; c++) a[h * NV + c] = c0;
+            UNROLL for (int c = 0; c < NV; c++) {
+                a[(h * NV + c) * A] = c0;
+                if (A == 2) a[(h * NV + c) * A + 1] = zero;
+            }
         }
         UNROLL for (int r = 0; r < R; r++) {
             __m256 x[4];
             cvt_unit(B, 0, base + (size_t)r * rb + 8 * u, x, zero);
             UNROLL for (int h = 0; h < GC; h++) {
                 __m256 w = _mm256_broadcast_ss(wt + ((size_t)h * VR + (size_t)r) * per + k);
-                UNROLL for (int c = 0; c < NV; c++) a[h * NV + c] = _mm256_fmadd_ps(w, x[c], a[h * NV + c]);
+                UNROLL for (int c = 0; c < NV; c++) {
+                    const int ai = (h * NV + c) * A + r % A;
+                    a[ai] = _mm256_fmadd_ps(w, x[c], a[ai]);
+                }
             }
         }
         UNROLL for (int h = 0; h < GC; h++)
             UNROLL for (int c = 0; c < NV; c++) {
                 float *o = ak + (size_t)h * W + u * U + 8 * (size_t)c;
-                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a[h * NV + c]));
+                __m256 t = A == 2 ? _mm256_add_ps(a[(h * NV + c) * A], a[(h * NV + c) * A + 1]) : a[h * NV + c];
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t));
             }
     }
     for (size_t j = nfu * U; j < W; j += 8) {
-        size_t k = j / g;
+        while (j >= kend) k++, kend += g;
         __m256 a[4];
         UNROLL for (int h = 0; h < GC; h++) a[h] = _mm256_sub_ps(zero, _mm256_broadcast_ss(wc + (size_t)h * per + k));
         UNROLL for (int r = 0; r < R; r++) {
