@@ -94,6 +94,11 @@ static int parse_specs(Opts *o, const char *s)
             o->n_specs++;
             continue;
         }
+        if (strncmp(tok, "kivi", 4) == 0) {
+            rc = kvc_fail("bench: --formats: KIVI's formats are kivi2, kivi4 and kivi8, for keys and values together "
+                          "(got \"%s\")", tok);
+            break;
+        }
         char *slash = strchr(tok, '/');
         if (slash) *slash = '\0';
         if (store_format_parse(&sp->k, tok, "bench: --formats") ||
