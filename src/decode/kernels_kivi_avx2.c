@@ -2,14 +2,18 @@
  * is compiled with -mavx2 -mfma -mf16c (like kernels_avx2.c); decode.c calls it only after cpuid and xgetbv say
  * the CPU and OS have all three. Its scalar twins are in kernels_kivi_ref.c.
  *
- * Codes are read 8 columns at a time in natural order: 4 bits: one 32-bit broadcast load, a variable shift per
- * lane (vpsrlvd) and a mask; 2 bits: the same from 16 bits; 8 bits: a zero extension. Memory is read in address
- * order with a software prefetch PF_AHEAD bytes ahead.
- * Keys: per token group the prepared queries q' = q * s (and c = q . m) are formed once in the scratch; rows are
- * scored GC = 4, 2 or 1 heads at a time (each code vector converted once for the GC heads), 8 / GC rows per
- * tile with their partial-sum vectors reduced together. Values: rows in pairs, each code vector converted once
- * for the GC heads, the W accumulators of each head in L1 (load, two FMAs, store); the weight of a (token,
- * group) is p * s, and the mins' share sum_t p_t m_tk is accumulated per group and added once per call.
+ * Codes are read in units of 8 bytes (pmovzxbd, then masks and shifts: 16 columns of 4 bits, 32 of 2 bits, 8 of
+ * 8 bits) in kernel order (U_OF); columns after the last full unit 8 at a time in natural order (a 32- or 16-bit
+ * broadcast and vpsrlvd). Memory is read in address order with a software prefetch PF_AHEAD bytes ahead.
+ * Keys: per token group the prepared queries q' = q * s (permuted to kernel order) and c = q . m are formed
+ * once in the scratch; rows are scored GC = 4, 2 or 1 heads at a time, in tiles of 8 / GC rows (2 bits: 4 / GC)
+ * read unit by unit, so each query vector is loaded once per tile and each code vector converted once for the
+ * GC heads; the tile's partial-sum vectors are reduced together.
+ * Values: tiles of 8 tokens; per unit and head the accumulator vectors stay in registers over the tile (two
+ * chains for even and odd rows when registers allow) and start at -C sum_r w_r (w = p * s, the tile's
+ * centring); the midpoints' share sum_t p_t (m + C s) is kept per group and added once per call, with the
+ * kernel-order accumulators taken back to natural order. The weights of a tile are computed 8 at a time when
+ * the groups per row divide 8 (permutevar of the 8 weights p), else in scalar code.
  * The summation order depends only on W, g, n and G, never on the thread count.
  */
 #include "decode/kernels_kivi.h"
