@@ -443,7 +443,7 @@ static void print_csv_row(FILE *f, const Opts *o, const Result *r)
     char kf[64], vf[64];
     store_format_name(kf, sizeof kf, r->spec->k);
     store_format_name(vf, sizeof vf, r->spec->v);
-    if (r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
+    if (r->spec->resid && o->T > r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
         snprintf(kf, sizeof kf, "int%da-ch-g%d+f16r%zu", r->spec->k.bits, KIVI_GROUP, r->spec->resid);
         snprintf(vf, sizeof vf, "int%da-g%d+f16r%zu", r->spec->v.bits, KIVI_GROUP, r->spec->resid);
     }
