@@ -446,6 +446,9 @@ static void print_csv_row(FILE *f, const Opts *o, const Result *r)
     if (r->spec->resid && o->T > r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
         snprintf(kf, sizeof kf, "int%da-ch-g%d+f16r%zu", r->spec->k.bits, KIVI_GROUP, r->spec->resid);
         snprintf(vf, sizeof vf, "int%da-g%d+f16r%zu", r->spec->v.bits, KIVI_GROUP, r->spec->resid);
+    } else if (r->spec->resid) {   /* kivi with T <= the residual: every token in FP16 */
+        snprintf(kf, sizeof kf, "f16");
+        snprintf(vf, sizeof vf, "f16");
     }
     double gbps = (double)r->bytes / r->fused.med / 1e9;
     fprintf(f, "%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%d,%s,%llu,%.4f,%.4f,%.4f,%.2f,%.2f,%.1f,%.1f,%.4f,", r->spec->name, kf, vf,
