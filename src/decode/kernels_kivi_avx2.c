@@ -214,6 +214,8 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
         size_t t = t0 + i, grp = t / g, end = (grp + 1) * g - t0;
         if (end > n) end = n;
         const uint16_t *sc = k->scale + grp * k->per, *mn = k->min + grp * k->per;
+        prefetch_range((const uint8_t *)(sc + 2 * k->per), 2 * W);   /* the group after next */
+        prefetch_range((const uint8_t *)(mn + 2 * k->per), 2 * W);
         for (size_t h = 0; h < G; h++) {   /* q' = q * s, c = q . m */
             const float *qh = q + h * W;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -387,6 +389,8 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
         size_t t = t0 + i;
         const uint8_t *base = v->codes + t * rb;
         prefetch_range(base + PF_AHEAD, VR * rb);
+        _mm_prefetch((const char *)(v->scale + (t + 64) * per), _MM_HINT_T0);   /* the parameter streams */
+        _mm_prefetch((const char *)(v->min + (t + 64) * per), _MM_HINT_T0);
         if (vec) val_weights_vec(B, GC, wt, wc, msv, p, lp, v, t, i, pidx);
         else val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t, i, VR);
         val_tile(B, GC, KO, VR, ak, wt, wc, W, g, per, base, rb);
