@@ -3,7 +3,7 @@
 # Writes results/bench.csv (every row) and results/bench.txt (the machine at the top, the table, then the
 # issue's targets checked against the rows). Timing targets live here, never in `make test`.
 # The shape is issue 5's: T = 65536 tokens, 8 KV heads, D = 128, one layer; 8 and 32 query heads (GQA);
-# 1 and 2 threads. The caches are larger than the last-level cache (f16: 268 MB; int2: 36 MB).
+# 1 and 2 threads. Formats: kvc bench's default list (f32 ... lr32/f16, kivi4, kivi2). The caches are larger than the last-level cache (f16: 268 MB; int2: 36 MB).
 set -eu
 cd "$(dirname "$0")/.."
 KVC=${KVC:-./kvc}
@@ -37,6 +37,7 @@ END {
         bw("q8_0", "q8_0", t, 80)
         bw("int4", "int4", t, 70)
         bw("q4_0", "q4_0", t, 70)
+        bw("kivi4 (KIVI, 4-bit + FP16 residual)", "kivi4", t, 70)
         if (ms["f16|8|" t] != "" && ms["f16|32|" t] != "")
             show("GQA f16: time(32 q heads) / time(8 q heads)", ms["f16|32|" t] / ms["f16|8|" t], 1.3, "<=")
         if (ms["q8_0|8|" t] != "" && ms["q8_0|32|" t] != "")

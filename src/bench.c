@@ -94,6 +94,11 @@ static int parse_specs(Opts *o, const char *s)
             o->n_specs++;
             continue;
         }
+        if (strncmp(tok, "kivi", 4) == 0) {
+            rc = kvc_fail("bench: --formats: KIVI's formats are kivi2, kivi4 and kivi8, for keys and values together "
+                          "(got \"%s\")", tok);
+            break;
+        }
         char *slash = strchr(tok, '/');
         if (slash) *slash = '\0';
         if (store_format_parse(&sp->k, tok, "bench: --formats") ||
@@ -438,9 +443,12 @@ static void print_csv_row(FILE *f, const Opts *o, const Result *r)
     char kf[64], vf[64];
     store_format_name(kf, sizeof kf, r->spec->k);
     store_format_name(vf, sizeof vf, r->spec->v);
-    if (r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
+    if (r->spec->resid && o->T > r->spec->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
         snprintf(kf, sizeof kf, "int%da-ch-g%d+f16r%zu", r->spec->k.bits, KIVI_GROUP, r->spec->resid);
         snprintf(vf, sizeof vf, "int%da-g%d+f16r%zu", r->spec->v.bits, KIVI_GROUP, r->spec->resid);
+    } else if (r->spec->resid) {   /* kivi with T <= the residual: every token in FP16 */
+        snprintf(kf, sizeof kf, "f16");
+        snprintf(vf, sizeof vf, "f16");
     }
     double gbps = (double)r->bytes / r->fused.med / 1e9;
     fprintf(f, "%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%d,%s,%llu,%.4f,%.4f,%.4f,%.2f,%.2f,%.1f,%.1f,%.4f,", r->spec->name, kf, vf,

@@ -421,6 +421,14 @@ static void kivi_tests(void)
     /* an odd group: not fused, the generic tile path */
     run_kivi(4, 5, 1, 2, 2, 300, 128, 7, "f16", 1);
     run_kivi(4, 32, 1, 1, 2, 100, 40, 0, "", 0);   /* W % 8 != 0: tile path too */
+    /* value groups not a multiple of the AVX2 unit (natural-order units), more groups per row than 8 (scalar
+     * weights), rows not a multiple of the unit (natural-order tail columns) */
+    run_kivi(4, 8, 1, 1, 2, 300, 128, 0, "", 0);
+    run_kivi(2, 16, 1, 2, 2, 301, 128, 0, "", 0);
+    run_kivi(2, 8, 1, 1, 5, 100, 40, 0, "", 0);
+    run_kivi(4, 0, 1, 1, 3, 90, 72, 9, "f16", 0);
+    run_kivi(2, 24, 1, 1, 1, 90, 72, 0, "", 0);
+    run_kivi(8, 0, 1, 1, 4, 70, 72, 0, "", 0);
     /* residual in another format; residual-heavy (T small, Tr large, two residual blocks) */
     run_kivi(4, 32, 1, 2, 2, 200, 128, 300, "int8", 1);
     run_kivi(2, 32, 1, 1, 4, 3, 128, 2100, "q8_0", 1);

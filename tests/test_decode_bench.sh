@@ -23,6 +23,19 @@ nok=$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
 f16=$(awk -F, '$1 == "f16" {print $11; exit}' "$tmp/csv")
 int4=$(awk -F, '$1 == "int4" {print $11; exit}' "$tmp/csv")
 [ "$f16" = 153600 ] && [ "$int4" = 40800 ] && ok bench-bytes || bad bench-bytes "f16 $f16 (want 153600), int4 $int4 (want 40800)"
+# KIVI: 172 quantized tokens (4-bit codes, FP16 scale and min per group of 32) and the 128-token FP16 residual;
+# bytes are the stored ones: per head K 5504 codes + 1536 params, V 5504 + 1376, residual 2 * 16384
+"$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2,4 --head-dim 64 --formats kivi4,kivi2 --threads 1,2 --repeat 2 \
+    --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/kivi" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ]; then ok bench-kivi-exit-0; else bad bench-kivi-exit-0 "exit $rc: $(head -c 300 "$tmp/err")"; fi
+rows=$(tail -n +2 "$tmp/kivi" | wc -l)
+nok=$(tail -n +2 "$tmp/kivi" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
+[ "$rows" -eq 8 ] && [ "$nok" -eq 0 ] && ok bench-kivi-accuracy-and-thread-invariance || bad bench-kivi-accuracy-and-thread-invariance \
+    "$rows rows, $(tail -n +2 "$tmp/kivi" | awk -F, '$24 != "yes" || $25 != "yes"' | head -n 2)"
+k4=$(awk -F, '$1 == "kivi4" {print $11; exit}' "$tmp/kivi")
+k2=$(awk -F, '$1 == "kivi2" {print $11; exit}' "$tmp/kivi")
+[ "$k4" = 93376 ] && [ "$k2" = 82368 ] && ok bench-kivi-bytes || bad bench-kivi-bytes "kivi4 $k4 (want 93376), kivi2 $k2 (want 82368)"
 # table: the machine description at the top, one line per row
 "$KVC" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16,q4_0 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
     >"$tmp/txt" 2>/dev/null
@@ -53,6 +66,7 @@ expect_usage() {  # expect_usage NAME PATTERN ARGS...
 }
 expect_usage bench-rejects-q-heads-not-multiple "multiple of --kv-heads" --kv-heads 2 --q-heads 3
 expect_usage bench-rejects-unknown-format "unknown format" --formats f16,int5
+expect_usage bench-rejects-kivi-pair "kivi2, kivi4 and kivi8" --formats kivi4/f16
 expect_usage bench-rejects-q4_0-odd-dim "multiple of 32" --head-dim 48 --formats q4_0
 expect_usage bench-rejects-zero-tokens "--tokens" --tokens 0
 expect_usage bench-rejects-unknown-option "unknown argument" --fast

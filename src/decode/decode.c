@@ -1,7 +1,7 @@
 /* decode: a decode step over the stored cache (see decode.h): query preparation, the parallel block items,
  * the ordered merge, the naive dequantize-then-attend path, and the kernel dispatch.
  * L layers, Hkv KV heads, Hq query heads, G = Hq / Hkv, T tokens, D head dim, WK / WV stored columns of
- * K / V (D, or the rank), nb = ceil(T / DECODE_BLOCK) blocks. */
+ * K / V (D, or the rank), nb = the blocks of DECODE_BLOCK tokens of both segments (main, then residual). */
 #include "decode/decode.h"
 #include "decode/kernels.h"
 #include "decode/kernels_kivi.h"
@@ -194,7 +194,7 @@ static float *float_bases(const StoreTensor *t, size_t n, size_t D)
     return b;
 }
 
-static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0, int threads)
+static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0)
 {
     size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D, n_q = d->c.L * d->Hq;
     KiviRows kr;
@@ -215,7 +215,6 @@ static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const 
             for (size_t i = 0; i < n_kv; i++) sg->Vn[i] = f32_view(sg->Vf + i * per, T, D);
             sg->Vk = sg->Vn;
         }
-        (void)threads;
     }
     sg->WK = sg->Kk[0].W;
     sg->WV = V ? sg->Vk[0].W : 0;
@@ -303,8 +302,8 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
         return NULL;
     }
     d->ns = c->Tr > 0 ? 2 : 1;
-    seg_init(d, &d->seg[0], c->T, c->K, c->V, 0, threads);
-    if (d->ns == 2) seg_init(d, &d->seg[1], c->Tr, c->Kr, c->Vr, d->seg[0].nb, threads);
+    seg_init(d, &d->seg[0], c->T, c->K, c->V, 0);
+    if (d->ns == 2) seg_init(d, &d->seg[1], c->Tr, c->Kr, c->Vr, d->seg[0].nb);
     d->nb = d->seg[0].nb + (d->ns == 2 ? d->seg[1].nb : 0);
     size_t wk = 0, wv = 0, rmax = 0;
     int tiles = 0, kivi = 0;

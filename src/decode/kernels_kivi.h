@@ -6,14 +6,19 @@
  * Keys (axis channel): token group G (g consecutive tokens), column j: scale s_Gj, min m_Gj, value n * s + m.
  * Per token group and query head the kernel forms q'_j = q_j * s_Gj and c_G = sum_j q_j * m_Gj (once per group
  * met in the call), then score_t = q' . n_t + c_G.
- * Values (axis token): token t, channel group k (g consecutive channels): value n * s_tk + m_tk. The AVX2
- * kernel accumulates acc_j += (p_t s_tk) n_tj and, per group, M_k = sum_t p_t m_tk, added to the group's
- * columns at the end of the call; the scalar twin adds p_t * (s_tk n_tj + m_tk) (the exact value) directly.
+ * Values (axis token): token t, channel group k (g consecutive channels): value n * s_tk + m_tk. The scalar
+ * twin adds p_t * (s_tk n_tj + m_tk) (the exact value) directly. The AVX2 kernel writes the value as
+ * s (n - C) + (m + C s) with C = (2^b - 1) / 2: per tile of 8 tokens it sums sum_t (p_t s_tk) n_tj - C sum_t
+ * p_t s_tk (small: the centring is subtracted inside the tile) into its accumulators, and per group the
+ * midpoints' share M_k = sum_t p_t (m_tk + C s_tk), added to the group's columns at the end of the call. Summing
+ * p s n and p m separately over a block would cancel in float32 (each is far larger than the result).
  *
  * Codes: element (t, j) at bit (t W + j) b of one little-endian bit stream; the kernels need byte-aligned rows
- * (row_bytes = W b / 8), read columns in natural order (no permutation), and need W % 8 == 0 and g % 8 == 0
- * (or one group for the whole column / row); decode.c checks this (kivi_rows) and sends every other intN
- * shape through the generic dequantized-tile path.
+ * (row_bytes = W b / 8) and W % 8 == 0 and g % 8 == 0 (or one group for the whole column / row); decode.c
+ * checks this (kivi_rows) and sends every other intN shape through the generic dequantized-tile path. The
+ * interface is in natural column order both ways; the AVX2 kernels read 8 bytes at a time in their own order
+ * (4 bits: even then odd columns of 16; 2 bits: column 4i + k at 8k + i of 32) and permute q' and the
+ * accumulators themselves.
  *
  * Numerics: float32 products and sums, like kernels.h (q' and c_G rounded to float32 once per group).
  * Pure: no allocation; the caller supplies the scratch (KIVI_SCRATCH floats).
@@ -38,7 +43,8 @@ typedef struct KiviRows {
 } KiviRows;
 
 /* Floats of scratch a kernel call needs for G query heads over rows of W columns. */
-#define KIVI_SCRATCH(G, W) ((G) * (2 * (W) + 16))
+/* (keys: q' in kernel order, c, q' natural; values per group of <= 4 heads: accumulators, M, wc, wt, indices) */
+#define KIVI_SCRATCH(G, W) ((G) * (3 * (W) + 16) + 2 * (W) + 64)
 
 /* s[h*ls + i] = sum_j q[h*W + j] * value(t0+i, j), h < G, i < n; q: G queries of W floats (natural order). */
 typedef void (*KiviScoresFn)(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,

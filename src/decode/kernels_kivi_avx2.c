@@ -2,14 +2,18 @@
  * is compiled with -mavx2 -mfma -mf16c (like kernels_avx2.c); decode.c calls it only after cpuid and xgetbv say
  * the CPU and OS have all three. Its scalar twins are in kernels_kivi_ref.c.
  *
- * Codes are read 8 columns at a time in natural order: 4 bits: one 32-bit broadcast load, a variable shift per
- * lane (vpsrlvd) and a mask; 2 bits: the same from 16 bits; 8 bits: a zero extension. Memory is read in address
- * order with a software prefetch PF_AHEAD bytes ahead.
- * Keys: per token group the prepared queries q' = q * s (and c = q . m) are formed once in the scratch; rows are
- * scored GC = 4, 2 or 1 heads at a time (each code vector converted once for the GC heads), 8 / GC rows per
- * tile with their partial-sum vectors reduced together. Values: rows in pairs, each code vector converted once
- * for the GC heads, the W accumulators of each head in L1 (load, two FMAs, store); the weight of a (token,
- * group) is p * s, and the mins' share sum_t p_t m_tk is accumulated per group and added once per call.
+ * Codes are read in units of 8 bytes (pmovzxbd, then masks and shifts: 16 columns of 4 bits, 32 of 2 bits, 8 of
+ * 8 bits) in kernel order (U_OF); columns after the last full unit 8 at a time in natural order (a 32- or 16-bit
+ * broadcast and vpsrlvd). Memory is read in address order with a software prefetch PF_AHEAD bytes ahead.
+ * Keys: per token group the prepared queries q' = q * s (permuted to kernel order) and c = q . m are formed
+ * once in the scratch; rows are scored GC = 4, 2 or 1 heads at a time, in tiles of 8 / GC rows (2 bits: 4 / GC)
+ * read unit by unit, so each query vector is loaded once per tile and each code vector converted once for the
+ * GC heads; the tile's partial-sum vectors are reduced together.
+ * Values: tiles of 8 tokens; per unit and head the accumulator vectors stay in registers over the tile (two
+ * chains for even and odd rows when registers allow) and start at -C sum_r w_r (w = p * s, the tile's
+ * centring); the midpoints' share sum_t p_t (m + C s) is kept per group and added once per call, with the
+ * kernel-order accumulators taken back to natural order. The weights of a tile are computed 8 at a time when
+ * the groups per row divide 8 (permutevar of the 8 weights p), else in scalar code.
  * The summation order depends only on W, g, n and G, never on the thread count.
  */
 #include "decode/kernels_kivi.h"
@@ -29,18 +33,55 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
-/* The centre of B-bit codes, (2^B - 1) / 2: values are read as s (n - C) + (m + C s), the group's midpoint, so
- * that the two parts do not cancel in the float32 sums (with n and m, sum_t p_t s n and sum_t p_t m are each far
- * larger than their sum for zero-mean data). n - C is exact in float32. */
+/* The centre of B-bit codes, (2^B - 1) / 2: values are accumulated as s (n - C) + (m + C s), the group's
+ * midpoint, so that the two parts do not cancel in the float32 sums over tokens (with n and m, sum_t p_t s n and
+ * sum_t p_t m are each far larger than their sum for zero-mean data). n - C is exact in float32. */
 #define CENTRE(B) ((float)((1 << (B)) - 1) * 0.5f)
 
-/* Codes 8u .. 8u+7 of a row minus CENTRE(B), as floats (natural order); B = bits. */
-INLINE __m256 cvt8(const int B, const uint8_t *row, size_t u)
+/* A unit: 8 bytes of codes, U(B) = 64 / B columns, NV(B) = 8 / B vectors of 8, in kernel order: 4 bits:
+ * positions 0..7 the low nibbles (even columns), 8..15 the high ones (odd columns); 2 bits: position 8k + i
+ * is column 4i + k; 8 bits: natural. Columns after the last full unit are read 8 at a time in natural order
+ * (cvt8). */
+#define U_OF(B) ((size_t)(64 / (B)))
+#define NV_OF(B) (8 / (B))
+
+/* Kernel position p of a row of W columns -> natural column. */
+static size_t kpos_col(int B, size_t W, size_t p)
 {
-    const uint8_t *p = row + u * (size_t)B;   /* 8 codes take B bytes */
-    const __m256 c = _mm256_set1_ps(CENTRE(B));
-    if (B == 8)
-        return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p))), c);
+    size_t U = U_OF(B), base = p / U * U, o = p % U;
+    if (B == 8 || base + U > W) return p;
+    if (B == 4) return base + (o < 8 ? 2 * o : 2 * (o - 8) + 1);
+    return base + 4 * (o % 8) + o / 8;
+}
+
+INLINE __m256 centred(const int CEN, __m256i n, __m256 cen)
+{
+    return CEN ? _mm256_sub_ps(_mm256_cvtepi32_ps(n), cen) : _mm256_cvtepi32_ps(n);
+}
+
+/* The unit at p as NV(B) vectors (codes as floats; CEN: minus cen). */
+INLINE void cvt_unit(const int B, const int CEN, const uint8_t *p, __m256 *x, __m256 cen)
+{
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    if (B == 8) {
+        x[0] = centred(CEN, b, cen);
+    } else if (B == 4) {
+        x[0] = centred(CEN, _mm256_and_si256(b, _mm256_set1_epi32(15)), cen);
+        x[1] = centred(CEN, _mm256_srli_epi32(b, 4), cen);
+    } else {
+        const __m256i m = _mm256_set1_epi32(3);
+        x[0] = centred(CEN, _mm256_and_si256(b, m), cen);
+        x[1] = centred(CEN, _mm256_and_si256(_mm256_srli_epi32(b, 2), m), cen);
+        x[2] = centred(CEN, _mm256_and_si256(_mm256_srli_epi32(b, 4), m), cen);
+        x[3] = centred(CEN, _mm256_srli_epi32(b, 6), cen);
+    }
+}
+
+/* Codes 8 columns from column j (natural order) as floats (CEN: minus cen). */
+INLINE __m256 cvt8(const int B, const int CEN, const uint8_t *row, size_t j, __m256 cen)
+{
+    const uint8_t *p = row + j * (size_t)B / 8;   /* 8 codes take B bytes */
+    if (B == 8) return centred(CEN, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)), cen);
     uint32_t w;
     if (B == 4) {
         memcpy(&w, p, 4);
@@ -51,7 +92,7 @@ INLINE __m256 cvt8(const int B, const uint8_t *row, size_t u)
     }
     const __m256i sh = B == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     __m256i x = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh);
-    return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32((1 << B) - 1))), c);
+    return centred(CEN, _mm256_and_si256(x, _mm256_set1_epi32((1 << B) - 1)), cen);
 }
 
 INLINE __m256 h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
@@ -75,83 +116,124 @@ INLINE void reduce8(const __m256 *v, float *out)
 
 /* ---- keys ---------------------------------------------------------------------------------------------------- */
 
-/* One row against GC prepared queries (qs, stride W): out[h] = 8 partial sums, with 4 / GC accumulators per
- * head (independent FMA chains). */
-INLINE void key_row(const int B, const int GC, __m256 *out, const float *qs, size_t W, const uint8_t *row)
+/* Rows per key tile for GC heads: 8 / GC, 4 / GC for 2 bits (its 4 vectors per unit and their 4 query vectors
+ * would not fit the 16 registers next to 8 accumulators). */
+#define KR_OF(B, GC) (((B) == 2 ? 4 : 8) / (GC))
+
+/* R consecutive rows (R * GC <= 8) for GC heads, rows interleaved unit by unit (each query vector loaded once
+ * for the R rows; 8 / (R * GC) independent accumulators per row and head): out[r*GC + h] = q'_h . n_{row r},
+ * uncentred codes. */
+INLINE void key_tile(const int B, const int GC, const int R, float *out, const float *qs, size_t W,
+                     const uint8_t *base, size_t rb)
 {
-    const int A = GC == 1 ? 4 : GC == 2 ? 2 : 1;
-    const size_t nu = W / 8;
-    __m256 a[4];
-    UNROLL for (int m = 0; m < GC * A; m++) a[m] = _mm256_setzero_ps();
-    size_t u = 0;
-    for (; u + (size_t)A <= nu; u += (size_t)A) {
-        UNROLL for (int k = 0; k < A; k++) {
-            __m256 x = cvt8(B, row, u + (size_t)k);
+    const size_t U = U_OF(B), nfu = W / U;
+    const int NV = NV_OF(B), A = 8 / (R * GC) >= 2 ? 2 : 1;
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 a[8];
+    UNROLL for (int m = 0; m < 8; m++) a[m] = zero;
+    for (size_t u = 0; u < nfu; u++) {
+        const float *qu = qs + u * U;
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 x[4];
+            cvt_unit(B, 0, base + (size_t)r * rb + 8 * u, x, zero);
             UNROLL for (int h = 0; h < GC; h++)
-                a[h * A + k] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + (size_t)h * W + 8 * (u + (size_t)k)), x, a[h * A + k]);
+                UNROLL for (int c = 0; c < NV; c++) {
+                    const int ai = (r * GC + h) * A + c % A;
+                    a[ai] = _mm256_fmadd_ps(x[c], _mm256_loadu_ps(qu + (size_t)h * W + 8 * (size_t)c), a[ai]);
+                }
         }
     }
-    for (; u < nu; u++) {
-        __m256 x = cvt8(B, row, u);
-        UNROLL for (int h = 0; h < GC; h++) a[h * A] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + (size_t)h * W + 8 * u), x, a[h * A]);
-    }
-    UNROLL for (int h = 0; h < GC; h++) {
-        __m256 *ah = a + h * A;
-        if (A == 4) {
-            ah[0] = _mm256_add_ps(ah[0], ah[2]);
-            ah[1] = _mm256_add_ps(ah[1], ah[3]);
+    for (size_t j = nfu * U; j < W; j += 8)
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 x = cvt8(B, 0, base + (size_t)r * rb, j, zero);
+            UNROLL for (int h = 0; h < GC; h++)
+                a[(r * GC + h) * A] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + j), a[(r * GC + h) * A]);
         }
-        if (A >= 2) ah[0] = _mm256_add_ps(ah[0], ah[1]);
-        out[h] = ah[0];
-    }
+    if (A == 2)
+        UNROLL for (int m = 0; m < R * GC; m++) a[m] = _mm256_add_ps(a[2 * m], a[2 * m + 1]);
+    UNROLL for (int m = R * GC; m < 8; m++) a[m] = zero;
+    reduce8(a, out);
 }
 
-/* Rows i .. i+n (all in one token group) for GC heads: qs, c are the group's prepared queries and offsets. */
+/* Rows i .. i+n (all in one token group) for GC heads: qs (kernel order), c are the group's prepared queries
+ * and offsets. */
 INLINE void key_rows(const int B, const int GC, float *s, size_t ls, const float *qs, const float *c, const KiviRows *k,
                      size_t t0, size_t i, size_t n)
 {
-    const size_t R = (size_t)(8 / GC), W = k->W, rb = k->row_bytes;
-    for (size_t e = i + n; i < e; i += R) {
-        size_t nr = e - i < R ? e - i : R;
+    const int R = KR_OF(B, GC);
+    const size_t W = k->W, rb = k->row_bytes;
+    float out[8];
+    size_t e = i + n;
+    for (; i + (size_t)R <= e; i += (size_t)R) {
         const uint8_t *base = k->codes + (t0 + i) * rb;
-        prefetch_range(base + PF_AHEAD, nr * rb);
-        __m256 rs[8];
-        for (size_t r = 0; r < nr; r++) key_row(B, GC, rs + r * (size_t)GC, qs, W, base + r * rb);
-        for (size_t m = nr * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_ps();
-        float out[8];
-        reduce8(rs, out);
-        for (size_t r = 0; r < nr; r++)
-            UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i + r] = out[r * (size_t)GC + (size_t)h] + c[h];
+        prefetch_range(base + PF_AHEAD, (size_t)R * rb);
+        key_tile(B, GC, R, out, qs, W, base, rb);
+        UNROLL for (int r = 0; r < R; r++)
+            UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i + (size_t)r] = out[r * GC + h] + c[h];
     }
+    for (; i < e; i++) {
+        key_tile(B, GC, 1, out, qs, W, k->codes + (t0 + i) * rb, rb);
+        UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i] = out[h] + c[h];
+    }
+}
+
+/* o = x (W floats, natural order) in kernel order (see U_OF). */
+INLINE void to_kernel_order(const int B, float *o, const float *x, size_t W)
+{
+    const size_t U = U_OF(B), nfu = B == 8 ? 0 : W / U;
+    for (size_t u = 0; u < nfu; u++) {
+        const float *xu = x + u * U;
+        float *ou = o + u * U;
+        if (B == 4) {   /* even columns, then odd ones */
+            __m256 v0 = _mm256_loadu_ps(xu), v1 = _mm256_loadu_ps(xu + 8);
+            __m256 e = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)), d = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
+            _mm256_storeu_ps(ou, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+            _mm256_storeu_ps(ou + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(d), 0xD8)));
+        } else {   /* position 8k + i = column 4i + k: pairs (k, k+4) of each vector, then a 4x4 transpose of pairs */
+            const __m256i pi = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            __m256d v[4];
+            UNROLL for (int i = 0; i < 4; i++)
+                v[i] = _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_loadu_ps(xu + 8 * i), pi));
+            __m256d t0 = _mm256_unpacklo_pd(v[0], v[1]), t1 = _mm256_unpackhi_pd(v[0], v[1]);
+            __m256d t2 = _mm256_unpacklo_pd(v[2], v[3]), t3 = _mm256_unpackhi_pd(v[2], v[3]);
+            _mm256_storeu_ps(ou, _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x20)));
+            _mm256_storeu_ps(ou + 8, _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x20)));
+            _mm256_storeu_ps(ou + 16, _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x31)));
+            _mm256_storeu_ps(ou + 24, _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x31)));
+        }
+    }
+    memcpy(o + nfu * U, x + nfu * U, (W - nfu * U) * sizeof *o);
 }
 
 INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
                           size_t n, float *scr)
 {
     const size_t W = k->W, g = k->g, nu = W / 8;
-    const __m256 half = _mm256_set1_ps(CENTRE(B));
-    float *qs = scr, *c = scr + G * W;
+    float *qs = scr, *c = scr + G * W, *tmp = c + G;   /* q' (G, W) kernel order, c (G), q' natural (W) */
     for (size_t i = 0; i < n;) {
         size_t t = t0 + i, grp = t / g, end = (grp + 1) * g - t0;
         if (end > n) end = n;
         const uint16_t *sc = k->scale + grp * k->per, *mn = k->min + grp * k->per;
-        for (size_t h = 0; h < G; h++) {   /* q' = q * s, c = q . (m + C s) (centred codes) */
+        prefetch_range((const uint8_t *)(sc + 2 * k->per), 2 * W);   /* the group after next */
+        prefetch_range((const uint8_t *)(mn + 2 * k->per), 2 * W);
+        for (size_t h = 0; h < G; h++) {   /* q' = q * s, c = q . m */
             const float *qh = q + h * W;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0;
             size_t u = 0;
             for (; u + 2 <= nu; u += 2) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u), x1 = _mm256_loadu_ps(qh + 8 * u + 8);
-                _mm256_storeu_ps(qs + h * W + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                _mm256_storeu_ps(qs + h * W + 8 * u + 8, _mm256_mul_ps(x1, h8(sc + 8 * u + 8)));
-                a0 = _mm256_fmadd_ps(x0, _mm256_fmadd_ps(half, h8(sc + 8 * u), h8(mn + 8 * u)), a0);
-                a1 = _mm256_fmadd_ps(x1, _mm256_fmadd_ps(half, h8(sc + 8 * u + 8), h8(mn + 8 * u + 8)), a1);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
+                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, h8(sc + 8 * u + 8)));
+                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
+                a1 = _mm256_fmadd_ps(x1, h8(mn + 8 * u + 8), a1);
             }
             for (; u < nu; u++) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u);
-                _mm256_storeu_ps(qs + h * W + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                a0 = _mm256_fmadd_ps(x0, _mm256_fmadd_ps(half, h8(sc + 8 * u), h8(mn + 8 * u)), a0);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
+                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
             }
             c[h] = hsum(_mm256_add_ps(a0, a1));
+            to_kernel_order(B, qs + h * W, tmp, W);
         }
         for (size_t h = 0; h < G;) {   /* heads in groups of 4, 2, 1 */
             size_t left = G - h;
@@ -180,71 +262,171 @@ static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, cons
 
 /* ---- values -------------------------------------------------------------------------------------------------- */
 
-/* GC heads (acc, p at the first of them); msum (GC, per) scratch. R = 2 or 1 rows (i, i+1). */
-INLINE void val_rows(const int B, const int GC, const int R, float *acc, const float *p, size_t lp, const KiviRows *v,
-                     size_t t0, size_t i, float *msum)
+enum { VR = 8 };   /* rows per value tile */
+
+/* Rows i .. i+R (R = VR or 1) for GC heads into the kernel-order accumulators ak (GC, W). Per unit and head the
+ * NV accumulator vectors get one tile sum each: t = -C sum_r w_r + sum_r w_r n_r (uncentred codes; the tile's
+ * centring is subtracted once, so t stays small and nothing cancels across tiles), then ak += t.
+ * wt[(h*VR + r)*per + k] = p * s of row r, head h, group k; wc[h*per + k] = C sum_r wt. KO: kernel-order units
+ * (each inside one group); else 8 natural columns at a time. */
+INLINE void val_tile(const int B, const int GC, const int KO, const int R, float *ak, const float *wt, const float *wc,
+                     size_t W, size_t g, size_t per, const uint8_t *base, size_t rb)
 {
-    const size_t W = v->W, g = v->g, per = v->per, rb = v->row_bytes, t = t0 + i;
-    const uint8_t *row = v->codes + t * rb;
-    prefetch_range(row + PF_AHEAD, (size_t)R * rb);
-    const uint16_t *sc = v->scale + t * per, *mn = v->min + t * per;
-    for (size_t k = 0, j0 = 0; k < per; k++, j0 += g) {
-        size_t u1 = (j0 + g < W ? j0 + g : W) / 8;
-        __m256 w[2][4];
-        UNROLL for (int r = 0; r < R; r++) {
-            float s = _cvtsh_ss(sc[(size_t)r * per + k]);
-            float m = _cvtsh_ss(mn[(size_t)r * per + k]) + CENTRE(B) * s;   /* the midpoint */
-            UNROLL for (int h = 0; h < GC; h++) {
-                float ph = p[(size_t)h * lp + i + (size_t)r];
-                w[r][h] = _mm256_set1_ps(ph * s);
-                msum[(size_t)h * per + k] += ph * m;
+    const size_t U = KO ? U_OF(B) : 8, nfu = KO ? W / U : 0;
+    const int NV = NV_OF(B), A = GC * NV <= 4 && R > 1 ? 2 : 1;   /* A: chains per vector (even / odd rows) */
+    const __m256 zero = _mm256_setzero_ps();
+    size_t k = 0, kend = g;   /* the group of the current columns, and where it ends */
+    for (size_t u = 0; u < nfu; u++) {
+        while (u * U >= kend) k++, kend += g;
+        __m256 a[8];
+        UNROLL for (int h = 0; h < GC; h++) {
+            __m256 c0 = _mm256_sub_ps(zero, _mm256_broadcast_ss(wc + (size_t)h * per + k));
+            UNROLL for (int c = 0; c < NV; c++) {
+                a[(h * NV + c) * A] = c0;
+                if (A == 2) a[(h * NV + c) * A + 1] = zero;
             }
         }
-        for (size_t u = j0 / 8; u < u1; u++) {
-            __m256 x0 = cvt8(B, row, u), x1 = R == 2 ? cvt8(B, row + rb, u) : x0;
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 x[4];
+            cvt_unit(B, 0, base + (size_t)r * rb + 8 * u, x, zero);
             UNROLL for (int h = 0; h < GC; h++) {
-                float *a = acc + (size_t)h * W + 8 * u;
-                __m256 y = _mm256_fmadd_ps(w[0][h], x0, _mm256_loadu_ps(a));
-                if (R == 2) y = _mm256_fmadd_ps(w[1][h], x1, y);
-                _mm256_storeu_ps(a, y);
+                __m256 w = _mm256_broadcast_ss(wt + ((size_t)h * VR + (size_t)r) * per + k);
+                UNROLL for (int c = 0; c < NV; c++) {
+                    const int ai = (h * NV + c) * A + r % A;
+                    a[ai] = _mm256_fmadd_ps(w, x[c], a[ai]);
+                }
             }
+        }
+        UNROLL for (int h = 0; h < GC; h++)
+            UNROLL for (int c = 0; c < NV; c++) {
+                float *o = ak + (size_t)h * W + u * U + 8 * (size_t)c;
+                __m256 t = A == 2 ? _mm256_add_ps(a[(h * NV + c) * A], a[(h * NV + c) * A + 1]) : a[h * NV + c];
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t));
+            }
+    }
+    for (size_t j = nfu * U; j < W; j += 8) {
+        while (j >= kend) k++, kend += g;
+        __m256 a[4];
+        UNROLL for (int h = 0; h < GC; h++) a[h] = _mm256_sub_ps(zero, _mm256_broadcast_ss(wc + (size_t)h * per + k));
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 x = cvt8(B, 0, base + (size_t)r * rb, j, zero);
+            UNROLL for (int h = 0; h < GC; h++)
+                a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(wt + ((size_t)h * VR + (size_t)r) * per + k), x, a[h]);
+        }
+        UNROLL for (int h = 0; h < GC; h++) {
+            float *o = ak + (size_t)h * W + j;
+            _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a[h]));
         }
     }
 }
 
-INLINE void val_heads(const int B, const int GC, float *acc, const float *p, size_t lp, const KiviRows *v, size_t t0,
-                      size_t n, float *msum)
+/* The weights of rows i .. i+nr (nr <= VR) for GC heads, scalar: wt, wc (see val_tile) and msum[h*per + k] +=
+ * sum_r p * (m + C s), the midpoints' share. */
+INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
+                               const KiviRows *v, size_t t, size_t i, size_t nr)
 {
-    const size_t W = v->W, g = v->g, per = v->per;
-    memset(msum, 0, (size_t)GC * per * sizeof *msum);
-    size_t i = 0;
-    for (; i + 2 <= n; i += 2) val_rows(B, GC, 2, acc, p, lp, v, t0, i, msum);
-    if (i < n) val_rows(B, GC, 1, acc, p, lp, v, t0, i, msum);
-    UNROLL for (int h = 0; h < GC; h++)
-        for (size_t k = 0, j0 = 0; k < per; k++, j0 += g) {
-            __m256 m = _mm256_set1_ps(msum[(size_t)h * per + k]);
-            size_t j1 = j0 + g < W ? j0 + g : W;
-            for (size_t j = j0; j < j1; j += 8) {
-                float *a = acc + (size_t)h * W + j;
-                _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), m));
+    const size_t per = v->per;
+    const float cen = CENTRE(B);
+    for (size_t h = 0; h < (size_t)GC; h++)
+        for (size_t k = 0; k < per; k++) {
+            float ws = 0.0f;
+            for (size_t r = 0; r < nr; r++) {
+                float sc = _cvtsh_ss(v->scale[(t + r) * per + k]), mid = _cvtsh_ss(v->min[(t + r) * per + k]) + cen * sc;
+                float ph = p[h * lp + i + r], w = ph * sc;
+                wt[(h * VR + r) * per + k] = w;
+                ws += w;
+                msum[h * per + k] += ph * mid;
             }
+            wc[h * per + k] = cen * ws;
         }
 }
 
-INLINE void kivi_vacc_b(const int B, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0,
-                        size_t n, float *scr)
+/* The same for a full tile of VR rows when per divides 8: the tile's per * VR FP16 scales and mins are
+ * contiguous; lane e of a vector is row e / per, group e % per (pidx: e / per, precomputed). msv[h] collects
+ * p * mid per lane (folded by group at the end). */
+INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
+                            const KiviRows *v, size_t t, size_t i, const int32_t *pidx)
+{
+    const size_t per = v->per, ne = VR * per;
+    const __m256 cen = _mm256_set1_ps(CENTRE(B));
+    const uint16_t *sc = v->scale + t * per, *mn = v->min + t * per;
+    UNROLL for (int h = 0; h < GC; h++) {
+        __m256 p8 = _mm256_loadu_ps(p + (size_t)h * lp + i), ws = _mm256_setzero_ps();
+        for (size_t e = 0; e < ne; e += 8) {
+            __m256 sv = h8(sc + e), mid = _mm256_fmadd_ps(cen, sv, h8(mn + e));
+            __m256 pp = _mm256_permutevar8x32_ps(p8, _mm256_loadu_si256((const __m256i *)(const void *)(pidx + e)));
+            __m256 w = _mm256_mul_ps(pp, sv);
+            _mm256_storeu_ps(wt + (size_t)h * ne + e, w);
+            ws = _mm256_add_ps(ws, w);
+            msv[h] = _mm256_fmadd_ps(pp, mid, msv[h]);
+        }
+        float f[8];
+        _mm256_storeu_ps(f, ws);
+        for (size_t k = 0; k < per; k++) {
+            float a = 0.0f;
+            for (size_t l = k; l < 8; l += per) a += f[l];
+            wc[(size_t)h * per + k] = CENTRE(B) * a;
+        }
+    }
+}
+
+/* GC heads (acc, p at the first of them). Scratch: ak (GC, W) kernel-order accumulators, msum (GC, per), wc
+ * (GC, per), wt (GC, VR, per), pidx (8 per). */
+INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
+                      size_t t0, size_t n, float *scr)
+{
+    const size_t W = v->W, g = v->g, per = v->per, rb = v->row_bytes;
+    float *ak = scr, *msum = ak + (size_t)GC * W, *wc = msum + (size_t)GC * per, *wt = wc + (size_t)GC * per;
+    int32_t *pidx = (int32_t *)(void *)(wt + (size_t)GC * VR * per);
+    memset(ak, 0, ((size_t)GC * W + (size_t)GC * per) * sizeof *ak);
+    const int vec = 8 % per == 0;
+    __m256 msv[4];
+    UNROLL for (int h = 0; h < GC; h++) msv[h] = _mm256_setzero_ps();
+    if (vec)
+        for (size_t e = 0; e < VR * per; e++) pidx[e] = (int32_t)(e / per);
+    size_t i = 0;
+    for (; i + VR <= n; i += VR) {
+        size_t t = t0 + i;
+        const uint8_t *base = v->codes + t * rb;
+        prefetch_range(base + PF_AHEAD, VR * rb);
+        _mm_prefetch((const char *)(v->scale + (t + 64) * per), _MM_HINT_T0);   /* the parameter streams */
+        _mm_prefetch((const char *)(v->min + (t + 64) * per), _MM_HINT_T0);
+        if (vec) val_weights_vec(B, GC, wt, wc, msv, p, lp, v, t, i, pidx);
+        else val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t, i, VR);
+        val_tile(B, GC, KO, VR, ak, wt, wc, W, g, per, base, rb);
+    }
+    for (; i < n; i++) {
+        val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t0 + i, i, 1);
+        val_tile(B, GC, KO, 1, ak, wt, wc, W, g, per, v->codes + (t0 + i) * rb, rb);
+    }
+    UNROLL for (int h = 0; h < GC; h++) {   /* back to natural order, plus the midpoints' share */
+        float *a = acc + (size_t)h * W, f[8];
+        float *mh = msum + (size_t)h * per;
+        const float *kh = ak + (size_t)h * W;
+        _mm256_storeu_ps(f, msv[h]);
+        if (vec)
+            for (size_t l = 0; l < 8; l++) mh[l % per] += f[l];
+        for (size_t q = 0; q < W; q++) {
+            size_t j = KO ? kpos_col(B, W, q) : q;
+            a[j] += kh[q] + mh[j / g];
+        }
+    }
+}
+
+INLINE void kivi_vacc_b(const int B, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
+                        size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W;
-    for (size_t h = 0; h < G;) {
+    for (size_t h = 0; h < G;) {   /* heads in groups of 4 (not 2 bits: GC * NV <= 8 accumulators), 2, 1 */
         size_t left = G - h;
-        if (left >= 4) {
-            val_heads(B, 4, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+        if (left >= 4 && B != 2) {
+            val_heads(B, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 4;
         } else if (left >= 2) {
-            val_heads(B, 2, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 2;
         } else {
-            val_heads(B, 1, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 1;
         }
     }
@@ -253,9 +435,11 @@ INLINE void kivi_vacc_b(const int B, float *acc, const float *p, size_t lp, size
 static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                            float *scr)
 {
-    if (v->bits == 4) kivi_vacc_b(4, acc, p, lp, G, v, t0, n, scr);
-    else if (v->bits == 2) kivi_vacc_b(2, acc, p, lp, G, v, t0, n, scr);
-    else kivi_vacc_b(8, acc, p, lp, G, v, t0, n, scr);
+    /* kernel-order units need every unit inside one group */
+    int ko = v->g % U_OF(v->bits) == 0 || v->g == v->W;
+    if (v->bits == 4) ko ? kivi_vacc_b(4, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(4, 0, acc, p, lp, G, v, t0, n, scr);
+    else if (v->bits == 2) ko ? kivi_vacc_b(2, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(2, 0, acc, p, lp, G, v, t0, n, scr);
+    else kivi_vacc_b(8, 1, acc, p, lp, G, v, t0, n, scr);
 }
 
 static const KiviKernels kivi_avx2 = {"avx2", kivi_scores_avx2, kivi_vacc_avx2};

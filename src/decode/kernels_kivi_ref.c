@@ -1,6 +1,20 @@
 /* kernels_kivi_ref: the portable scalar twins of the KIVI kernels (see kernels_kivi.h). Natural column order,
- * one float32 accumulator per dot product (a sequential sum over the columns). */
+ * one float32 accumulator per dot product (a sequential sum over the columns); each row is decoded in chunks of
+ * 256 codes into float32 (exact) once for all G query heads. */
 #include "decode/kernels_kivi.h"
+
+enum { CHUNK = 256 };
+
+/* buf[c] = code j0 + c of a row, c < nj (the bit width is a constant in each loop). */
+static void codes_chunk(float *buf, const uint8_t *row, size_t j0, size_t nj, int b)
+{
+    if (b == 8)
+        for (size_t c = 0; c < nj; c++) buf[c] = (float)row[j0 + c];
+    else if (b == 4)
+        for (size_t c = 0; c < nj; c++) buf[c] = (float)kivi_code(row, j0 + c, 4);
+    else
+        for (size_t c = 0; c < nj; c++) buf[c] = (float)kivi_code(row, j0 + c, 2);
+}
 
 static void kivi_scores_ref(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                             float *scr)
@@ -21,12 +35,19 @@ static void kivi_scores_ref(float *s, size_t ls, const float *q, size_t G, const
         }
         for (; i < end; i++) {
             const uint8_t *row = k->codes + (t0 + i) * k->row_bytes;
-            for (size_t h = 0; h < G; h++) {
-                float a = 0.0f;
-                const float *qh = qs + h * W;
-                for (size_t j = 0; j < W; j++) a += qh[j] * (float)kivi_code(row, j, k->bits);
-                s[h * ls + i] = a + c[h];
+            float buf[CHUNK];
+            for (size_t h = 0; h < G; h++) s[h * ls + i] = 0.0f;
+            for (size_t j0 = 0; j0 < W; j0 += CHUNK) {
+                size_t nj = W - j0 < CHUNK ? W - j0 : CHUNK;
+                codes_chunk(buf, row, j0, nj, k->bits);
+                for (size_t h = 0; h < G; h++) {
+                    float a = s[h * ls + i];
+                    const float *qh = qs + h * W + j0;
+                    for (size_t j = 0; j < nj; j++) a += qh[j] * buf[j];
+                    s[h * ls + i] = a;
+                }
             }
+            for (size_t h = 0; h < G; h++) s[h * ls + i] += c[h];
         }
     }
 }
@@ -39,12 +60,18 @@ static void kivi_vacc_ref(float *acc, const float *p, size_t lp, size_t G, const
     for (size_t i = 0; i < n; i++) {
         size_t t = t0 + i;
         const uint8_t *row = v->codes + t * v->row_bytes;
-        for (size_t j0 = 0, k = 0; j0 < W; j0 += g, k++) {
-            size_t j1 = j0 + g < W ? j0 + g : W;
-            float s = store_f16_to_f32(v->scale[t * v->per + k]), m = store_f16_to_f32(v->min[t * v->per + k]);
-            for (size_t j = j0; j < j1; j++) {
-                float x = (float)kivi_code(row, j, v->bits) * s + m;   /* exact: the stored value */
-                for (size_t h = 0; h < G; h++) acc[h * W + j] += p[h * lp + i] * x;
+        float buf[CHUNK];
+        for (size_t c0 = 0; c0 < W; c0 += CHUNK) {
+            size_t nc = W - c0 < CHUNK ? W - c0 : CHUNK;
+            codes_chunk(buf, row, c0, nc, v->bits);
+            for (size_t j = c0; j < c0 + nc;) {   /* runs of one group */
+                size_t k = j / g, j1 = (k + 1) * g < c0 + nc ? (k + 1) * g : c0 + nc;
+                float s = store_f16_to_f32(v->scale[t * v->per + k]), m = store_f16_to_f32(v->min[t * v->per + k]);
+                for (; j < j1; j++) buf[j - c0] = buf[j - c0] * s + m;   /* exact: the stored value */
+            }
+            for (size_t h = 0; h < G; h++) {
+                float ph = p[h * lp + i], *a = acc + h * W + c0;
+                for (size_t j = 0; j < nc; j++) a[j] += ph * buf[j];
             }
         }
     }
