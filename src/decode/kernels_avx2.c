@@ -142,7 +142,10 @@ INLINE void reduce(const int M, const __m256 *acc, float *out)
 
 /* ---- scores ---------------------------------------------------------------------------------------------- */
 
-enum { PF_AHEAD = 2048 };   /* software prefetch distance in bytes: rows are read in address order */
+#ifndef KVC_PF_AHEAD
+#define KVC_PF_AHEAD 2048
+#endif
+enum { PF_AHEAD = KVC_PF_AHEAD };   /* software prefetch distance in bytes: rows are read in address order */
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -198,7 +201,8 @@ INLINE void dot_units(const StoreType T, const int GC, const int R, const int A,
 INLINE void row_dots(const StoreType T, const int GC, const int R, __m256 *out, const float *qp, size_t W,
                      const uint8_t *row, size_t rb, size_t nu)
 {
-    const int A = 8 / (GC * R) > 1 ? 8 / (GC * R) : 1, NV = nv_of(T);
+    /* one row and head: 4 accumulators (8 cost more zeroing and summing than they gain; rows overlap anyway) */
+    const int A = GC * R == 1 ? 4 : 8 / (GC * R) > 1 ? 8 / (GC * R) : 1, NV = nv_of(T);
     const int UP = is_block(T) ? A : (A / NV > 1 ? A / NV : 1);   /* units per full round over the accumulators */
     __m256 a[8];
     UNROLL for (int k = 0; k < R * GC * A; k++) a[k] = _mm256_setzero_ps();
@@ -403,11 +407,15 @@ INLINE void vacc_direct(const StoreType T, const int GC, float *acc, const float
     const size_t W = v->W, UNIT = unit_of(T), rb = v->row_bytes, nu = W / UNIT;
     const int NU = 8 / (GC * nv_of(T));
     float buf[8 * VT_MAX];
-    for (size_t i0 = 0; i0 < n; i0 += VT_MAX) {
-        size_t nt = n - i0 < VT_MAX ? n - i0 : VT_MAX, t = t0 + i0, lw;
+    /* tiles of about PF_AHEAD bytes, read column group by column group: the next tile is prefetched whole
+     * (in address order) while this one is worked on */
+    size_t vt = PF_AHEAD / (rb ? rb : 1);
+    vt = vt < 4 ? 4 : vt > VT_MAX ? VT_MAX : vt;
+    for (size_t i0 = 0; i0 < n; i0 += vt) {
+        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0, lw;
         const float *pw = tile_weights(GC, buf, &lw, p, lp, v, t, i0, nt);
         const uint8_t *row = v->codes + t * rb;
-        prefetch_range(row + PF_AHEAD, nt * rb);
+        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
         size_t u = 0;
         if (NU >= 2)
             for (; u + (size_t)NU <= nu; u += (size_t)NU) vacc_cols(T, GC, NU >= 2 ? NU : 1, acc, W, pw, lw, row, rb, nt, u);
@@ -540,7 +548,7 @@ INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const
                      const KRows *v, size_t t0, size_t n)
 {
     const size_t W = v->W;
-    const int NV = nv_of(T);
+    const int NV = nv_of(T), direct = NV <= 2 && ub_of(T) <= 8;   /* register path: 1-byte and smaller codes */
     /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
     const int tiles = W / unit_of(T) * unit_of(T) * 8 <= SCR;
     for (size_t g = 0; g < G;) {
@@ -548,23 +556,22 @@ INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const
         if (left >= 8 && tiles) {
             vacc_group_8(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 8;
-        } else if (left >= 4 && NV <= 2) {   /* direct: no scratch round trip (measured 1.3-1.5x at G = 4) */
+        } else if (left >= 4 && direct) {   /* no scratch round trip */
             vacc_direct(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
             g += 4;
         } else if (left >= 4 && tiles) {
             vacc_group_4(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 4;
-        } else if (left >= 2 && NV <= 2) {
+        } else if (left >= 2 && direct) {
             vacc_direct(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
             g += 2;
         } else if (left >= 2 && tiles) {
             vacc_group_2(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 2;
         } else {
-            /* one head: register accumulators for the packed formats (conversion-bound), accumulators in L1
-             * for the wide ones (measured: neither wins for both) */
-            if (T == STORE_INT4 || T == STORE_INT2 || is_block(T)) vacc_direct(T, 1, acc + g * W, p + g * lp, lp, v, t0, n);
-            else vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
+            /* one head: accumulators in L1, rows in address order (register accumulators per column group,
+             * vacc_direct with GC = 1, measured 1.1-1.2x faster in cache but 0.9x when streaming from memory) */
+            vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
             g += 1;
         }
     }
