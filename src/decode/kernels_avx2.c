@@ -29,7 +29,10 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0; }
+/* Q4_0 keys of one query head read without the -8 (codes 0..15); the caller subtracts 8 x the block's query sum
+ * (a kernel-internal pseudo type: scores_all, one head) */
+#define Q4_0_RAW ((StoreType)(STORE_NTYPES + 1))
+INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
 INLINE size_t unit_of(StoreType t)
 {
     return (t == STORE_INT4 || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
@@ -37,6 +40,7 @@ INLINE size_t unit_of(StoreType t)
 INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
 INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
 {
+    if (t == Q4_0_RAW) return sizeof(StoreBlockQ4_0);
     switch (t) {
     case STORE_F32: return 32;
     case STORE_F16:
@@ -53,6 +57,18 @@ INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *
 /* x[0..nv) = the unit at p in kernel order; *d = the block scale (block formats). */
 INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 {
+    if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
+        uint16_t h;
+        memcpy(&h, p, 2);
+        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
+        __m256i m = _mm256_set1_epi32(15);
+        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
+        x[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));
+        x[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+        x[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+        return;
+    }
     switch (t) {
     case STORE_F32: x[0] = _mm256_loadu_ps((const float *)(const void *)p); break;
     case STORE_F16: x[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); break;
@@ -177,6 +193,9 @@ INLINE void dot_units(const StoreType T, const int GC, const int R, const int A,
                     if (R > 1) __asm__("" : "+x"(qc));
                     UNROLL for (int r = 0; r < R; r++) part[r] = _mm256_fmadd_ps(qc, x[r][c], part[r]);
                 }
+                if (T == Q4_0_RAW)   /* 8 x the block's query, summed lane-wise, after the W query floats */
+                    UNROLL for (int r = 0; r < R; r++)
+                        part[r] = _mm256_sub_ps(part[r], _mm256_loadu_ps(qp + W + (u + (size_t)k) * 8));
                 UNROLL for (int r = 0; r < R; r++) {
                     const int ai = (r * GC + g) * A + k % A;
                     a[ai] = _mm256_fmadd_ps(d[r], part[r], a[ai]);
@@ -322,6 +341,18 @@ INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, 
         } else if (left >= 2) {
             scores_gc(T, 2, s + g * ls, ls, qp + g * W, k, t0, n);
             g += 2;
+        } else if (T == STORE_Q4_0 && W % 32 == 0 && W >= 64 && W <= 1024) {
+            /* one head: codes without the -8 (4 subtractions fewer per block), minus 8 x the block's query sum
+             * (one subtraction), lane-wise: part_b = sum_c q_c n_c - 8 sum_c q_c over the block's 4 vectors */
+            float qb[1024 + 256];
+            const float *q = qp + g * W;
+            memcpy(qb, q, W * sizeof *qb);
+            for (size_t b = 0; b < W / 32; b++)
+                for (int l = 0; l < 8; l++)
+                    qb[W + 8 * b + (size_t)l] =
+                        8.0f * ((q[32 * b + (size_t)l] + q[32 * b + 8 + (size_t)l]) + (q[32 * b + 16 + (size_t)l] + q[32 * b + 24 + (size_t)l]));
+            scores_gc(Q4_0_RAW, 1, s + g * ls, ls, qb, k, t0, n);
+            g += 1;
         } else {
             scores_gc(T, 1, s + g * ls, ls, qp + g * W, k, t0, n);
             g += 1;
