@@ -255,6 +255,11 @@ int main(void)
         run_case(direct[i], direct[i], 1, 1, 1, 77, 256, 0);
     }
     run_case("int4ch", "int4", 1, 2, 1, 300, 128, 1);
+    /* int4 keys in float with the codes read as 0..15 (the query sum subtracted): widths that are not a multiple
+     * of 64, column tails, G = 1 / 2 / 5 */
+    run_case("int4", "int4", 1, 1, 5, 50, 72, 0);
+    run_case("int4", "f16", 1, 2, 2, 41, 80, 0);
+    run_case("int4ch", "f16", 1, 1, 1, 20, 80, 0);
     run_case("int4", "int4ch", 1, 1, 2, 45, 64, 0);
     /* formats without a fused kernel (the method library's): the generic dequantized-tile path */
     run_case("q4_1", "q5_0", 1, 2, 2, 2100, 64, 1);

@@ -32,10 +32,12 @@
 /* Q4_0 keys of one query head read without the -8 (codes 0..15); the caller subtracts 8 x the block's query sum
  * (a kernel-internal pseudo type: scores_all, one head) */
 #define Q4_0_RAW ((StoreType)(STORE_NTYPES + 1))
+/* int4 keys read without the -8 (GQA float path); the caller subtracts 8 x the query sum from each dot product */
+#define INT4_RAW ((StoreType)(STORE_NTYPES + 2))
 INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
 INLINE size_t unit_of(StoreType t)
 {
-    return (t == STORE_INT4 || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
+    return (t == STORE_INT4 || t == INT4_RAW || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
 }
 INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
 INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
@@ -57,6 +59,12 @@ INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *
 /* x[0..nv) = the unit at p in kernel order; *d = the block scale (block formats). */
 INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 {
+    if (t == INT4_RAW) {   /* codes 0..15, in int4's kernel order */
+        __m256i b = _mm256_cvtepu8_epi32(load8(p));
+        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+        x[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        return;
+    }
     if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
         uint16_t h;
         memcpy(&h, p, 2);
@@ -127,7 +135,7 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 /* A column past the last full unit, as the vector code reads it (E4M3: 1/256 of its value, exact). */
 INLINE float tail_elem(const StoreType t, const uint8_t *row, size_t j)
 {
-    float v = decode_elem(t, row, j);
+    float v = decode_elem(t == INT4_RAW ? STORE_INT4 : t, row, j);   /* tails keep the -8 */
     return t == STORE_E4M3 ? v * 0x1p-8f : v;
 }
 
@@ -263,6 +271,7 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
         __m256 t2 = _mm256_hadd_ps(rs[4], rs[5]), t3 = _mm256_hadd_ps(rs[6], rs[7]);
         __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
         __m256 v = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        if (T == INT4_RAW) v = _mm256_sub_ps(v, _mm256_broadcast_ss(qp + W));   /* 8 x the query sum, after it */
         if (k->rscale)
             v = _mm256_mul_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(k->rscale + t))));
         _mm256_storeu_ps(s + i, v);
@@ -275,6 +284,7 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
         float rsc = k->rscale ? _cvtsh_ss(k->rscale[t + r]) : 1.0f;
         UNROLL for (int g = 0; g < GC; g++) {
             float v = out[r * (size_t)GC + (size_t)g];
+            if (T == INT4_RAW) v -= qp[(size_t)GC * W + (size_t)g];
             for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
             s[(size_t)g * ls + i + r] = v * rsc;
         }
@@ -769,9 +779,36 @@ DEFINE_FORMAT(bf16, STORE_BF16)
 DEFINE_FORMAT(e4m3, STORE_E4M3)
 DEFINE_FORMAT(e5m2, STORE_E5M2)
 DEFINE_FORMAT(int8, STORE_INT8)
+/* GC heads of int4 keys with the codes read as 0..15 (2 subtractions fewer per 16 values, shared by the heads):
+ * qb = the GC queries, then 8 x each one's sum over the full units (in double, rounded once), which every dot
+ * product subtracts before the token's scale. */
+static void int4_raw_group(const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0, size_t n)
+{
+    const size_t W = k->W, j0 = W / 16 * 16;
+    float qb[4 * 1024 + 4];
+    memcpy(qb, qp, (size_t)GC * W * sizeof *qb);
+    for (int g = 0; g < GC; g++) {
+        double sum = 0.0;
+        for (size_t j = 0; j < j0; j++) sum += (double)qp[(size_t)g * W + j];
+        qb[(size_t)GC * W + (size_t)g] = (float)(8.0 * sum);
+    }
+    if (GC == 4) scores_gc(INT4_RAW, 4, s, ls, qb, k, t0, n);
+    else if (GC == 2) scores_gc(INT4_RAW, 2, s, ls, qb, k, t0, n);
+    else scores_gc(INT4_RAW, 1, s, ls, qb, k, t0, n);
+}
+
 static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
 {
-    scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
+    const size_t W = k->W;
+    if (W < 64 || W > 1024) {   /* narrow rows (interleaved tiles) and very wide ones: the codes minus 8 */
+        scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
+        return;
+    }
+    for (size_t g = 0; g < G;) {
+        int gc = G - g >= 4 ? 4 : G - g >= 2 ? 2 : 1;
+        int4_raw_group(gc, s + g * ls, ls, qp + g * W, k, t0, n);
+        g += (size_t)gc;
+    }
 }
 static void convert_int4(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
 {
