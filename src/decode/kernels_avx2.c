@@ -12,12 +12,20 @@
  * column group by column group, cost a third of the bandwidth on the development machine), with a
  * software prefetch PF_AHEAD bytes ahead.
  * Scores: one row after the other, GC query heads at a time; each unit is converted once for all GC heads
- * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (independent FMA chains), block
- * formats keep a per-block partial sum scaled once by the block's FP16 scale; 8 / GC rows' vectors are
- * reduced together.
+ * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head: independent FMA
+ * chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's FP16 scale;
+ * 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row pair.
+ * Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
+ * read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's partial sum;
+ * int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
+ * than 4 heads with W = 64/128/256 are exact integer dot products (see "int4 keys in integer arithmetic").
  * V, one query head: tokens in pairs, the W accumulators in L1 (load, 2 FMAs, store). V, GC >= 2 heads
- * (GQA): a tile of up to 32 tokens is converted once to float32 in a 16 KiB scratch (exact values, block
- * scales applied), then column groups are accumulated in GC x (8 / GC) registers.
+ * (GQA), codes of at most 1 byte per value (e4m3, e5m2, int8, int4): tiles of about PF_AHEAD bytes (the
+ * next tile prefetched whole), column groups of 8 / GC vectors converted once per token for the GC heads and
+ * accumulated in GC x (8 / GC) registers (vacc_direct). Other formats (f32/f16/bf16: the column-group reads
+ * of wide rows cost bandwidth; q8_0/q4_0/int2: 32-value units): a tile of up to 32 tokens is converted once
+ * to float32 in a 16 KiB scratch (exact values, block scales applied), then column groups are accumulated
+ * in GC x (8 / GC) registers.
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
@@ -589,7 +597,7 @@ INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const
                      const KRows *v, size_t t0, size_t n)
 {
     const size_t W = v->W;
-    const int NV = nv_of(T), direct = NV <= 2 && ub_of(T) <= 8;   /* register path: 1-byte and smaller codes */
+    const int NV = nv_of(T), direct = NV <= 2 && ub_of(T) <= unit_of(T);   /* register path: codes of <= 1 byte */
     /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
     const int tiles = W / unit_of(T) * unit_of(T) * 8 <= SCR;
     for (size_t g = 0; g < G;) {
