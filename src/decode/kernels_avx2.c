@@ -448,16 +448,15 @@ INLINE void vacc_cols(const StoreType T, const int GC, const int NU, float *acc,
         UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + u0 * UNIT + 8 * (size_t)c, a[g * NA + c]);
 }
 
-/* GC heads (GC * nv <= 8), register accumulators: per tile of VT_MAX tokens, column groups of up to 8 / GC
- * vectors over the tile's rows (the first group brings the rows into L1). */
+/* GC = 2 or 4 heads (GC * nv <= 8), register accumulators: per tile of about PF_AHEAD bytes (4..VT_MAX tokens),
+ * column groups of 8 / GC vectors over the tile's rows (the first group brings the rows into L1). */
 INLINE void vacc_direct(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v,
                         size_t t0, size_t n)
 {
     const size_t W = v->W, UNIT = unit_of(T), rb = v->row_bytes, nu = W / UNIT;
     const int NU = 8 / (GC * nv_of(T));
     float buf[8 * VT_MAX];
-    /* tiles of about PF_AHEAD bytes, read column group by column group: the next tile is prefetched whole
-     * (in address order) while this one is worked on */
+    /* the next tile is prefetched whole (in address order) while this one is read column group by column group */
     size_t vt = PF_AHEAD / (rb ? rb : 1);
     vt = vt < 4 ? 4 : vt > VT_MAX ? VT_MAX : vt;
     for (size_t i0 = 0; i0 < n; i0 += vt) {
@@ -466,9 +465,8 @@ INLINE void vacc_direct(const StoreType T, const int GC, float *acc, const float
         const uint8_t *row = v->codes + t * rb;
         prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
         size_t u = 0;
-        if (NU >= 2)
-            for (; u + (size_t)NU <= nu; u += (size_t)NU) vacc_cols(T, GC, NU >= 2 ? NU : 1, acc, W, pw, lw, row, rb, nt, u);
-        for (; u < nu; u++) vacc_cols(T, GC, 1, acc, W, pw, lw, row, rb, nt, u);
+        for (; u + (size_t)NU <= nu; u += (size_t)NU) vacc_cols(T, GC, NU, acc, W, pw, lw, row, rb, nt, u);
+        for (; u < nu; u++) vacc_cols(T, GC, 1, acc, W, pw, lw, row, rb, nt, u);   /* NU >= 2: the rest */
         tail_columns(T, GC, acc, pw, lw, v, t, nt);
     }
 }
