@@ -2,7 +2,7 @@
  *
  * For every stored format (f32 ... iq4_nl, per-token and per-channel int scales, low-rank keys and values)
  * and odd shapes (T = 1, a block boundary +- 1, T not a multiple of any unit; D = 64 / 128 / 256 and
- * a D that is not a multiple of 8 or 16; G = 1, 3, 4, 9 query heads per KV head; all-zero tokens and
+ * a D that is not a multiple of 8 or 16; G = 1, 2, 3, 4, 9 query heads per KV head; all-zero tokens and
  * channels), each implementation's output is compared with attention in double over the dequantized
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
  * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
@@ -507,6 +507,22 @@ int main(void)
     run_case("q5_1", "iq4_nl", 1, 1, 4, 70, 544, 0);
     run_case("lr32:q4_1", "lr64:q5_0", 1, 2, 4, 130, 64, 0);
     run_case("lr32:iq4_nl", "lr32:q5_1", 1, 1, 1, 50, 128, 0);
+    /* the V paths with register accumulators (GQA groups of 4 and 2 for 8/16-value units, one head for the
+     * packed formats), T not a multiple of their 32-token tile, D = 64 / 128 / 256; int4 keys in integers
+     * (vector epilogue for 8 rows, per-token and per-channel scales) */
+    static const char *const direct[] = {"f16", "bf16", "e4m3", "e5m2", "int8", "int4", "int2", "q8_0", "q4_0"};
+    for (size_t i = 0; i < sizeof direct / sizeof direct[0]; i++) {
+        run_case(direct[i], direct[i], 1, 1, 4, 70, 256, 0);
+        run_case(direct[i], direct[i], 1, 2, 2, 33, 64, 0);
+        run_case(direct[i], direct[i], 1, 1, 1, 77, 256, 0);
+    }
+    run_case("int4ch", "int4", 1, 2, 1, 300, 128, 1);
+    /* int4 keys in float with the codes read as 0..15 (the query sum subtracted): widths that are not a multiple
+     * of 64, column tails, G = 1 / 2 / 5 */
+    run_case("int4", "int4", 1, 1, 5, 50, 72, 0);
+    run_case("int4", "f16", 1, 2, 2, 41, 80, 0);
+    run_case("int4ch", "f16", 1, 1, 1, 20, 80, 0);
+    run_case("int4", "int4ch", 1, 1, 2, 45, 64, 0);
     /* formats without a fused kernel (the method library's): the generic dequantized-tile path */
     run_case("int3g16", "f16", 1, 1, 1, 40, 64, 0);
     /* bad input */

@@ -12,12 +12,20 @@
  * column group by column group, cost a third of the bandwidth on the development machine), with a
  * software prefetch PF_AHEAD bytes ahead.
  * Scores: one row after the other, GC query heads at a time; each unit is converted once for all GC heads
- * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (independent FMA chains), block
- * formats keep a per-block partial sum scaled once by the block's FP16 scale; 8 / GC rows' vectors are
- * reduced together.
+ * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head: independent FMA
+ * chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's FP16 scale;
+ * 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row pair.
+ * Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
+ * read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's partial sum;
+ * int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
+ * than 4 heads with W = 64/128/256 are exact integer dot products (see "int4 keys in integer arithmetic").
  * V, one query head: tokens in pairs, the W accumulators in L1 (load, 2 FMAs, store). V, GC >= 2 heads
- * (GQA): a tile of up to 32 tokens is converted once to float32 in a 16 KiB scratch (exact values, block
- * scales applied), then column groups are accumulated in GC x (8 / GC) registers.
+ * (GQA), codes of at most 1 byte per value (e4m3, e5m2, int8, int4): tiles of about PF_AHEAD bytes (the
+ * next tile prefetched whole), column groups of 8 / GC vectors converted once per token for the GC heads and
+ * accumulated in GC x (8 / GC) registers (vacc_direct). Other formats (f32/f16/bf16: the column-group reads
+ * of wide rows cost bandwidth; q8_0/q4_0/int2: 32-value units): a tile of up to 32 tokens is converted once
+ * to float32 in a 16 KiB scratch (exact values, block scales applied), then column groups are accumulated
+ * in GC x (8 / GC) registers.
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
@@ -30,14 +38,20 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0; }
+/* Q4_0 keys of one query head read without the -8 (codes 0..15); the caller subtracts 8 x the block's query sum
+ * (a kernel-internal pseudo type: scores_all, one head) */
+#define Q4_0_RAW ((StoreType)(STORE_NTYPES + 1))
+/* int4 keys read without the -8 (GQA float path); the caller subtracts 8 x the query sum from each dot product */
+#define INT4_RAW ((StoreType)(STORE_NTYPES + 2))
+INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
 INLINE size_t unit_of(StoreType t)
 {
-    return (t == STORE_INT4 || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
+    return (t == STORE_INT4 || t == INT4_RAW || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
 }
 INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
 INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
 {
+    if (t == Q4_0_RAW) return sizeof(StoreBlockQ4_0);
     switch (t) {
     case STORE_F32: return 32;
     case STORE_F16:
@@ -54,6 +68,24 @@ INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *
 /* x[0..nv) = the unit at p in kernel order; *d = the block scale (block formats). */
 INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 {
+    if (t == INT4_RAW) {   /* codes 0..15, in int4's kernel order */
+        __m256i b = _mm256_cvtepu8_epi32(load8(p));
+        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+        x[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        return;
+    }
+    if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
+        uint16_t h;
+        memcpy(&h, p, 2);
+        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
+        __m256i m = _mm256_set1_epi32(15);
+        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
+        x[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));
+        x[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+        x[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+        return;
+    }
     switch (t) {
     case STORE_F32: x[0] = _mm256_loadu_ps((const float *)(const void *)p); break;
     case STORE_F16: x[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); break;
@@ -112,7 +144,7 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 /* A column past the last full unit, as the vector code reads it (E4M3: 1/256 of its value, exact). */
 INLINE float tail_elem(const StoreType t, const uint8_t *row, size_t j)
 {
-    float v = decode_elem(t, row, j);
+    float v = decode_elem(t == INT4_RAW ? STORE_INT4 : t, row, j);   /* tails keep the -8 */
     return t == STORE_E4M3 ? v * 0x1p-8f : v;
 }
 
@@ -143,7 +175,10 @@ INLINE void reduce(const int M, const __m256 *acc, float *out)
 
 /* ---- scores ---------------------------------------------------------------------------------------------- */
 
-enum { PF_AHEAD = 2048 };   /* software prefetch distance in bytes: rows are read in address order */
+#ifndef KVC_PF_AHEAD
+#define KVC_PF_AHEAD 2048
+#endif
+enum { PF_AHEAD = KVC_PF_AHEAD };   /* software prefetch distance in bytes: rows are read in address order */
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -168,11 +203,16 @@ INLINE void dot_units(const StoreType T, const int GC, const int R, const int A,
             if (is_block(T)) {
                 __m256 part[2];
                 __m256 q0 = _mm256_loadu_ps(qu + (size_t)g * W);
+                if (R > 1) __asm__("" : "+x"(q0));
                 UNROLL for (int r = 0; r < R; r++) part[r] = _mm256_mul_ps(q0, x[r][0]);
                 UNROLL for (int c = 1; c < NV; c++) {
                     __m256 qc = _mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c);
+                    if (R > 1) __asm__("" : "+x"(qc));
                     UNROLL for (int r = 0; r < R; r++) part[r] = _mm256_fmadd_ps(qc, x[r][c], part[r]);
                 }
+                if (T == Q4_0_RAW)   /* 8 x the block's query, summed lane-wise, after the W query floats */
+                    UNROLL for (int r = 0; r < R; r++)
+                        part[r] = _mm256_sub_ps(part[r], _mm256_loadu_ps(qp + W + (u + (size_t)k) * 8));
                 UNROLL for (int r = 0; r < R; r++) {
                     const int ai = (r * GC + g) * A + k % A;
                     a[ai] = _mm256_fmadd_ps(d[r], part[r], a[ai]);
@@ -180,6 +220,7 @@ INLINE void dot_units(const StoreType T, const int GC, const int R, const int A,
             } else {
                 UNROLL for (int c = 0; c < NV; c++) {
                     __m256 qc = _mm256_loadu_ps(qu + (size_t)g * W + 8 * (size_t)c);
+                    if (R > 1) __asm__("" : "+x"(qc));   /* one load for the R rows (not one per FMA) */
                     UNROLL for (int r = 0; r < R; r++) {
                         const int ai = (r * GC + g) * A + (k * NV + c) % A;
                         a[ai] = _mm256_fmadd_ps(qc, x[r][c], a[ai]);
@@ -196,7 +237,8 @@ INLINE void dot_units(const StoreType T, const int GC, const int R, const int A,
 INLINE void row_dots(const StoreType T, const int GC, const int R, __m256 *out, const float *qp, size_t W,
                      const uint8_t *row, size_t rb, size_t nu)
 {
-    const int A = 8 / (GC * R) > 1 ? 8 / (GC * R) : 1, NV = nv_of(T);
+    /* one row and head: 4 accumulators (8 cost more zeroing and summing than they gain; rows overlap anyway) */
+    const int A = GC * R == 1 ? 4 : 8 / (GC * R) > 1 ? 8 / (GC * R) : 1, NV = nv_of(T);
     const int UP = is_block(T) ? A : (A / NV > 1 ? A / NV : 1);   /* units per full round over the accumulators */
     __m256 a[8];
     UNROLL for (int k = 0; k < R * GC * A; k++) a[k] = _mm256_setzero_ps();
@@ -238,6 +280,7 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
         __m256 t2 = _mm256_hadd_ps(rs[4], rs[5]), t3 = _mm256_hadd_ps(rs[6], rs[7]);
         __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
         __m256 v = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        if (T == INT4_RAW) v = _mm256_sub_ps(v, _mm256_broadcast_ss(qp + W));   /* 8 x the query sum, after it */
         if (k->rscale)
             v = _mm256_mul_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(k->rscale + t))));
         _mm256_storeu_ps(s + i, v);
@@ -250,6 +293,7 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
         float rsc = k->rscale ? _cvtsh_ss(k->rscale[t + r]) : 1.0f;
         UNROLL for (int g = 0; g < GC; g++) {
             float v = out[r * (size_t)GC + (size_t)g];
+            if (T == INT4_RAW) v -= qp[(size_t)GC * W + (size_t)g];
             for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
             s[(size_t)g * ls + i + r] = v * rsc;
         }
@@ -316,6 +360,18 @@ INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, 
         } else if (left >= 2) {
             scores_gc(T, 2, s + g * ls, ls, qp + g * W, k, t0, n);
             g += 2;
+        } else if (T == STORE_Q4_0 && W % 32 == 0 && W >= 64 && W <= 1024) {
+            /* one head: codes without the -8 (4 subtractions fewer per block), minus 8 x the block's query sum
+             * (one subtraction), lane-wise: part_b = sum_c q_c n_c - 8 sum_c q_c over the block's 4 vectors */
+            float qb[1024 + 256];
+            const float *q = qp + g * W;
+            memcpy(qb, q, W * sizeof *qb);
+            for (size_t b = 0; b < W / 32; b++)
+                for (int l = 0; l < 8; l++)
+                    qb[W + 8 * b + (size_t)l] =
+                        8.0f * ((q[32 * b + (size_t)l] + q[32 * b + 8 + (size_t)l]) + (q[32 * b + 16 + (size_t)l] + q[32 * b + 24 + (size_t)l]));
+            scores_gc(Q4_0_RAW, 1, s + g * ls, ls, qb, k, t0, n);
+            g += 1;
         } else {
             scores_gc(T, 1, s + g * ls, ls, qp + g * W, k, t0, n);
             g += 1;
@@ -362,6 +418,57 @@ INLINE void tail_columns(const StoreType T, const int GC, float *acc, const floa
             float w = pw[(size_t)g * lw + i];
             for (size_t j = j0; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
         }
+    }
+}
+
+/* Units u0..u0+NU of nt rows for GC heads (GC * NU * nv <= 8 register accumulators):
+ * acc[g*W + j] += sum_i pw[g*lw + i] * row_i[j]. Each unit is converted once for the GC heads. */
+INLINE void vacc_cols(const StoreType T, const int GC, const int NU, float *acc, size_t W, const float *pw, size_t lw,
+                      const uint8_t *row, size_t rb, size_t nt, size_t u0)
+{
+    const size_t UNIT = unit_of(T), UB = ub_of(T);
+    const int NV = nv_of(T), NA = NU * NV;
+    __m256 a[8];
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_loadu_ps(acc + (size_t)g * W + u0 * UNIT + 8 * (size_t)c);
+    row += u0 * UB;
+    for (size_t i = 0; i < nt; i++, row += rb) {
+        __m256 w[8];
+        UNROLL for (int g = 0; g < GC; g++) w[g] = _mm256_broadcast_ss(pw + (size_t)g * lw + i);
+        UNROLL for (int k = 0; k < NU; k++) {   /* one unit at a time: few live registers */
+            __m256 x[4], d = _mm256_setzero_ps();
+            cvt_unit(T, row + (size_t)k * UB, x, &d);
+            UNROLL for (int g = 0; g < GC; g++) {
+                __m256 wk = is_block(T) ? _mm256_mul_ps(w[g], d) : w[g];
+                UNROLL for (int c = 0; c < NV; c++)
+                    a[g * NA + k * NV + c] = _mm256_fmadd_ps(wk, x[c], a[g * NA + k * NV + c]);
+            }
+        }
+    }
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + u0 * UNIT + 8 * (size_t)c, a[g * NA + c]);
+}
+
+/* GC = 2 or 4 heads (GC * nv <= 8), register accumulators: per tile of about PF_AHEAD bytes (4..VT_MAX tokens),
+ * column groups of 8 / GC vectors over the tile's rows (the first group brings the rows into L1). */
+INLINE void vacc_direct(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v,
+                        size_t t0, size_t n)
+{
+    const size_t W = v->W, UNIT = unit_of(T), rb = v->row_bytes, nu = W / UNIT;
+    const int NU = 8 / (GC * nv_of(T));
+    float buf[8 * VT_MAX];
+    /* the next tile is prefetched whole (in address order) while this one is read column group by column group */
+    size_t vt = PF_AHEAD / (rb ? rb : 1);
+    vt = vt < 4 ? 4 : vt > VT_MAX ? VT_MAX : vt;
+    for (size_t i0 = 0; i0 < n; i0 += vt) {
+        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0, lw;
+        const float *pw = tile_weights(GC, buf, &lw, p, lp, v, t, i0, nt);
+        const uint8_t *row = v->codes + t * rb;
+        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
+        size_t u = 0;
+        for (; u + (size_t)NU <= nu; u += (size_t)NU) vacc_cols(T, GC, NU, acc, W, pw, lw, row, rb, nt, u);
+        for (; u < nu; u++) vacc_cols(T, GC, 1, acc, W, pw, lw, row, rb, nt, u);   /* NU >= 2: the rest */
+        tail_columns(T, GC, acc, pw, lw, v, t, nt);
     }
 }
 
@@ -489,6 +596,7 @@ INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const
                      const KRows *v, size_t t0, size_t n)
 {
     const size_t W = v->W;
+    const int NV = nv_of(T), direct = NV <= 2 && ub_of(T) <= unit_of(T);   /* register path: codes of <= 1 byte */
     /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
     const int tiles = W / unit_of(T) * unit_of(T) * 8 <= SCR;
     for (size_t g = 0; g < G;) {
@@ -496,13 +604,21 @@ INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const
         if (left >= 8 && tiles) {
             vacc_group_8(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 8;
+        } else if (left >= 4 && direct) {   /* no scratch round trip */
+            vacc_direct(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
+            g += 4;
         } else if (left >= 4 && tiles) {
             vacc_group_4(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 4;
+        } else if (left >= 2 && direct) {
+            vacc_direct(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
+            g += 2;
         } else if (left >= 2 && tiles) {
             vacc_group_2(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
             g += 2;
         } else {
+            /* one head: accumulators in L1, rows in address order (register accumulators per column group,
+             * vacc_direct with GC = 1, measured 1.1-1.2x faster in cache but 0.9x when streaming from memory) */
             vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
             g += 1;
         }
@@ -561,7 +677,7 @@ static void i4_prepare(I4Query *iq, const float *qp, size_t W)
  * constant: the codes stay in registers and the 3 x 2NC multiply-adds form independent chains). */
 INLINE void i4_row(const int GC, const int NC, __m256i *out, const I4Query *iq, const uint8_t *row)
 {
-    const __m256i m = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i m = _mm256_set1_epi8(15);
     __m256i cv[8];
     UNROLL for (int c = 0; c < NC; c++) {
         __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(row + 32 * c));
@@ -578,9 +694,10 @@ INLINE void i4_row(const int GC, const int NC, __m256i *out, const I4Query *iq, 
             if (2 * NC >= 8) UNROLL for (int v = 0; v < 4; v++) t[v] = _mm256_add_epi16(t[v], t[v + 4]);   /* pairwise */
             if (2 * NC >= 4) UNROLL for (int v = 0; v < 2; v++) t[v] = _mm256_add_epi16(t[v], t[v + 2]);
             t[0] = _mm256_add_epi16(t[0], t[1]);
-            P[k] = _mm256_madd_epi16(t[0], ones);
+            /* pairs to int32, times the digit's weight 2^14, 2^7, 1 (|t| <= 2^14: no overflow) */
+            P[k] = _mm256_madd_epi16(t[0], _mm256_set1_epi16((short)(k == 0 ? 1 << 14 : k == 1 ? 1 << 7 : 1)));
         }
-        out[g] = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(P[0], 14), _mm256_slli_epi32(P[1], 7)), P[2]);
+        out[g] = _mm256_add_epi32(_mm256_add_epi32(P[0], P[1]), P[2]);
     }
 }
 
@@ -606,6 +723,14 @@ INLINE void i4_scores_gc(const int GC, const int NC, float *s, size_t ls, const 
         for (size_t m = nr * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_si256();
         int32_t N[8];
         i4_tree(rs, N);
+        if (GC == 1 && nr == 8) {   /* 8 consecutive scores: one vector */
+            __m256i nv = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(const void *)N), _mm256_set1_epi32(iq[0].off));
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(nv), _mm256_set1_ps(iq[0].sq));
+            if (k->rscale)
+                v = _mm256_mul_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(k->rscale + t0 + i))));
+            _mm256_storeu_ps(s + i, v);
+            continue;
+        }
         for (size_t r = 0; r < nr; r++) {
             float rsc = k->rscale ? _cvtsh_ss(k->rscale[t0 + i + r]) : 1.0f;
             for (int g = 0; g < GC; g++) {
@@ -661,9 +786,36 @@ DEFINE_FORMAT(bf16, STORE_BF16)
 DEFINE_FORMAT(e4m3, STORE_E4M3)
 DEFINE_FORMAT(e5m2, STORE_E5M2)
 DEFINE_FORMAT(int8, STORE_INT8)
+/* GC heads of int4 keys with the codes read as 0..15 (2 subtractions fewer per 16 values, shared by the heads):
+ * qb = the GC queries, then 8 x each one's sum over the full units (in double, rounded once), which every dot
+ * product subtracts before the token's scale. */
+static void int4_raw_group(const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0, size_t n)
+{
+    const size_t W = k->W, j0 = W / 16 * 16;
+    float qb[4 * 1024 + 4];
+    memcpy(qb, qp, (size_t)GC * W * sizeof *qb);
+    for (int g = 0; g < GC; g++) {
+        double sum = 0.0;
+        for (size_t j = 0; j < j0; j++) sum += (double)qp[(size_t)g * W + j];
+        qb[(size_t)GC * W + (size_t)g] = (float)(8.0 * sum);
+    }
+    if (GC == 4) scores_gc(INT4_RAW, 4, s, ls, qb, k, t0, n);
+    else if (GC == 2) scores_gc(INT4_RAW, 2, s, ls, qb, k, t0, n);
+    else scores_gc(INT4_RAW, 1, s, ls, qb, k, t0, n);
+}
+
 static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
 {
-    scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
+    const size_t W = k->W;
+    if (W < 64 || W > 1024) {   /* narrow rows (interleaved tiles) and very wide ones: the codes minus 8 */
+        scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
+        return;
+    }
+    for (size_t g = 0; g < G;) {
+        int gc = G - g >= 4 ? 4 : G - g >= 2 ? 2 : 1;
+        int4_raw_group(gc, s + g * ls, ls, qp + g * W, k, t0, n);
+        g += (size_t)gc;
+    }
 }
 static void convert_int4(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
 {
