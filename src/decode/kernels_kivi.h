@@ -30,21 +30,49 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct KiviRows {
     const uint8_t *codes;    /* row t at codes + t * row_bytes */
     size_t row_bytes;        /* W * bits / 8 */
     size_t W;                /* columns (W % 8 == 0) */
     int bits;                /* 2, 4 or 8 */
-    size_t g;                /* group extent, resolved: keys tokens per group (T: one group), values channels (W) */
-    size_t per;              /* parameters per group row: keys W (index G * W + j), values ceil(W / g) (t * per + k) */
-    const uint16_t *scale;   /* FP16 scales, store.h's group order */
-    const uint16_t *min;     /* FP16 mins, same order */
+    StoreAxis axis;          /* STORE_AXIS_CHANNEL: groups of g tokens per column; TOKEN: g channels per row */
+    size_t g;                /* group extent, resolved: axis channel tokens per group (T: one group), axis token channels (W) */
+    size_t per;              /* parameters per group row: axis channel W (index G * W + j), token ceil(W / g) (t * per + k) */
+    const void *scale;       /* scales in store.h's group order, FP16 or FP32 (f32) */
+    const void *min;         /* mins, same order; NULL: symmetric (m = -2^(bits-1) s, codes stored as n = code + 2^(bits-1)) */
+    int f32;                 /* 1: FP32 parameters, 0: FP16 */
 } KiviRows;
+
+/* Parameter i (store.h's group order) as float: the scale, and the min (symmetric: -2^(b-1) s, exact). */
+static inline float kivi_scale(const KiviRows *r, size_t i)
+{
+    if (r->f32) {
+        float f;
+        memcpy(&f, (const uint8_t *)r->scale + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)r->scale + 2 * i, 2);
+    return store_f16_to_f32(h);
+}
+static inline float kivi_min(const KiviRows *r, size_t i)
+{
+    if (!r->min) return -(float)(1 << (r->bits - 1)) * kivi_scale(r, i);
+    if (r->f32) {
+        float f;
+        memcpy(&f, (const uint8_t *)r->min + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)r->min + 2 * i, 2);
+    return store_f16_to_f32(h);
+}
 
 /* Floats of scratch a kernel call needs for G query heads over rows of W columns. */
 /* (keys: q' in kernel order, c, q' natural; values per group of <= 4 heads: accumulators, M, wc, wt, indices) */
-#define KIVI_SCRATCH(G, W) ((G) * (3 * (W) + 16) + 2 * (W) + 64)
+#define KIVI_SCRATCH(G, W) ((G) * (4 * (W) + 16) + 4 * (W) + 64)
 
 /* s[h*ls + i] = sum_j q[h*W + j] * value(t0+i, j), h < G, i < n; q: G queries of W floats (natural order). */
 typedef void (*KiviScoresFn)(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,

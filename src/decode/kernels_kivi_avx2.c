@@ -97,6 +97,28 @@ INLINE __m256 cvt8(const int B, const int CEN, const uint8_t *row, size_t j, __m
 
 INLINE __m256 h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
 
+/* Parameters (store.h's group order) as floats: FP16 or FP32, the min of a symmetric format -2^(b-1) s. */
+INLINE __m256 par8(const KiviRows *r, const void *base, size_t i)
+{
+    return r->f32 ? _mm256_loadu_ps((const float *)base + i) : h8((const uint16_t *)base + i);
+}
+INLINE __m256 scale8(const KiviRows *r, size_t i) { return par8(r, r->scale, i); }
+INLINE __m256 min8(const KiviRows *r, size_t i)
+{
+    return r->min ? par8(r, r->min, i) : _mm256_mul_ps(_mm256_set1_ps(-(float)(1 << (r->bits - 1))), scale8(r, i));
+}
+INLINE float scale1(const KiviRows *r, size_t i)
+{
+    return r->f32 ? ((const float *)r->scale)[i] : _cvtsh_ss(((const uint16_t *)r->scale)[i]);
+}
+INLINE float min1(const KiviRows *r, size_t i)
+{
+    if (!r->min) return -(float)(1 << (r->bits - 1)) * scale1(r, i);
+    return r->f32 ? ((const float *)r->min)[i] : _cvtsh_ss(((const uint16_t *)r->min)[i]);
+}
+/* Bytes of one parameter. */
+INLINE size_t par_bytes(const KiviRows *r) { return r->f32 ? 4 : 2; }
+
 INLINE float hsum(__m256 v)
 {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -213,24 +235,24 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
     for (size_t i = 0; i < n;) {
         size_t t = t0 + i, grp = t / g, end = (grp + 1) * g - t0;
         if (end > n) end = n;
-        const uint16_t *sc = k->scale + grp * k->per, *mn = k->min + grp * k->per;
-        prefetch_range((const uint8_t *)(sc + 2 * k->per), 2 * W);   /* the group after next */
-        prefetch_range((const uint8_t *)(mn + 2 * k->per), 2 * W);
+        const size_t p0 = grp * k->per, pb = par_bytes(k);
+        prefetch_range((const uint8_t *)k->scale + (p0 + 2 * k->per) * pb, pb * W);   /* the group after next */
+        if (k->min) prefetch_range((const uint8_t *)k->min + (p0 + 2 * k->per) * pb, pb * W);
         for (size_t h = 0; h < G; h++) {   /* q' = q * s, c = q . m */
             const float *qh = q + h * W;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0;
             size_t u = 0;
             for (; u + 2 <= nu; u += 2) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u), x1 = _mm256_loadu_ps(qh + 8 * u + 8);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, h8(sc + 8 * u + 8)));
-                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
-                a1 = _mm256_fmadd_ps(x1, h8(mn + 8 * u + 8), a1);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, scale8(k, p0 + 8 * u)));
+                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, scale8(k, p0 + 8 * u + 8)));
+                a0 = _mm256_fmadd_ps(x0, min8(k, p0 + 8 * u), a0);
+                a1 = _mm256_fmadd_ps(x1, min8(k, p0 + 8 * u + 8), a1);
             }
             for (; u < nu; u++) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, scale8(k, p0 + 8 * u)));
+                a0 = _mm256_fmadd_ps(x0, min8(k, p0 + 8 * u), a0);
             }
             c[h] = hsum(_mm256_add_ps(a0, a1));
             to_kernel_order(B, qs + h * W, tmp, W);
@@ -252,9 +274,16 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
     }
 }
 
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+                         float *scr);
+
 static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                              float *scr)
 {
+    if (k->axis == STORE_AXIS_TOKEN) {
+        scores_token(s, ls, q, G, k, t0, n, scr);
+        return;
+    }
     if (k->bits == 4) kivi_scores_b(4, s, ls, q, G, k, t0, n, scr);
     else if (k->bits == 2) kivi_scores_b(2, s, ls, q, G, k, t0, n, scr);
     else kivi_scores_b(8, s, ls, q, G, k, t0, n, scr);
@@ -331,7 +360,7 @@ INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, 
         for (size_t k = 0; k < per; k++) {
             float ws = 0.0f;
             for (size_t r = 0; r < nr; r++) {
-                float sc = _cvtsh_ss(v->scale[(t + r) * per + k]), mid = _cvtsh_ss(v->min[(t + r) * per + k]) + cen * sc;
+                float sc = scale1(v, (t + r) * per + k), mid = min1(v, (t + r) * per + k) + cen * sc;
                 float ph = p[h * lp + i + r], w = ph * sc;
                 wt[(h * VR + r) * per + k] = w;
                 ws += w;
@@ -349,11 +378,10 @@ INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m
 {
     const size_t per = v->per, ne = VR * per;
     const __m256 cen = _mm256_set1_ps(CENTRE(B));
-    const uint16_t *sc = v->scale + t * per, *mn = v->min + t * per;
     UNROLL for (int h = 0; h < GC; h++) {
         __m256 p8 = _mm256_loadu_ps(p + (size_t)h * lp + i), ws = _mm256_setzero_ps();
         for (size_t e = 0; e < ne; e += 8) {
-            __m256 sv = h8(sc + e), mid = _mm256_fmadd_ps(cen, sv, h8(mn + e));
+            __m256 sv = scale8(v, t * per + e), mid = _mm256_fmadd_ps(cen, sv, min8(v, t * per + e));
             __m256 pp = _mm256_permutevar8x32_ps(p8, _mm256_loadu_si256((const __m256i *)(const void *)(pidx + e)));
             __m256 w = _mm256_mul_ps(pp, sv);
             _mm256_storeu_ps(wt + (size_t)h * ne + e, w);
@@ -389,8 +417,8 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
         size_t t = t0 + i;
         const uint8_t *base = v->codes + t * rb;
         prefetch_range(base + PF_AHEAD, VR * rb);
-        _mm_prefetch((const char *)(v->scale + (t + 64) * per), _MM_HINT_T0);   /* the parameter streams */
-        _mm_prefetch((const char *)(v->min + (t + 64) * per), _MM_HINT_T0);
+        _mm_prefetch((const char *)v->scale + (t + 64) * per * par_bytes(v), _MM_HINT_T0);   /* the parameter streams */
+        if (v->min) _mm_prefetch((const char *)v->min + (t + 64) * per * par_bytes(v), _MM_HINT_T0);
         if (vec) val_weights_vec(B, GC, wt, wc, msv, p, lp, v, t, i, pidx);
         else val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t, i, VR);
         val_tile(B, GC, KO, VR, ak, wt, wc, W, g, per, base, rb);
@@ -432,14 +460,241 @@ INLINE void kivi_vacc_b(const int B, const int KO, float *acc, const float *p, s
     }
 }
 
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+                         float *scr);
+
 static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                            float *scr)
 {
+    if (v->axis == STORE_AXIS_CHANNEL) {
+        vacc_channel(acc, p, lp, G, v, t0, n, scr);
+        return;
+    }
     /* kernel-order units need every unit inside one group */
     int ko = v->g % U_OF(v->bits) == 0 || v->g == v->W;
     if (v->bits == 4) ko ? kivi_vacc_b(4, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(4, 0, acc, p, lp, G, v, t0, n, scr);
     else if (v->bits == 2) ko ? kivi_vacc_b(2, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(2, 0, acc, p, lp, G, v, t0, n, scr);
     else kivi_vacc_b(8, 1, acc, p, lp, G, v, t0, n, scr);
+}
+
+/* ---- keys with groups along the row, values with groups along the column (the method library's shapes) ------ */
+
+/* The centre of the codes: symmetric 2^(B-1) (then the midpoint m + C s is 0: value = s (n - C)), asymmetric
+ * (2^B - 1) / 2. */
+INLINE float centre_of(const KiviRows *r)
+{
+    return r->min ? (float)((1 << r->bits) - 1) * 0.5f : (float)(1 << (r->bits - 1));
+}
+
+/* dst[c] = s (mid == 0) or m + C s (mid == 1) of parameters i0 .. i0 + cnt. */
+static void params_f32(float *dst, const KiviRows *r, size_t i0, size_t cnt, int mid)
+{
+    const float cen = centre_of(r);
+    size_t c = 0;
+    for (; c + 8 <= cnt; c += 8) {
+        __m256 s = scale8(r, i0 + c);
+        _mm256_storeu_ps(dst + c, mid ? _mm256_fmadd_ps(_mm256_set1_ps(cen), s, min8(r, i0 + c)) : s);
+    }
+    for (; c < cnt; c++) dst[c] = mid ? min1(r, i0 + c) + cen * scale1(r, i0 + c) : scale1(r, i0 + c);
+}
+
+/* Rows of keys with g channels per group (axis token), R rows for GC heads (R * GC <= 4): out[r*GC + h] =
+ * sum_k s_rk (q_hk . (n_rk - C)), per group one partial vector per row and head, scaled into the row's sum at the
+ * group's end. KO: full units in kernel order (g % U == 0 or one group); else 8 natural columns at a time. */
+INLINE void keyt_tile(const int B, const int GC, const int R, const int KO, float *out, const float *qs,
+                      const float *sf, size_t W, size_t g, size_t per, const uint8_t *base, size_t rb, __m256 cen)
+{
+    const size_t U = U_OF(B);
+    const int NV = NV_OF(B);
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 a[8];
+    UNROLL for (int m = 0; m < 8; m++) a[m] = zero;
+    for (size_t k = 0, c = 0; k < per; k++) {
+        const size_t ce = (k + 1) * g < W ? (k + 1) * g : W;
+        __m256 ga[4];
+        UNROLL for (int m = 0; m < R * GC; m++) ga[m] = zero;
+        if (KO)
+            for (; c + U <= ce; c += U)
+                UNROLL for (int r = 0; r < R; r++) {
+                    __m256 x[4];
+                    cvt_unit(B, 1, base + (size_t)r * rb + c * (size_t)B / 8, x, cen);
+                    UNROLL for (int h = 0; h < GC; h++)
+                        UNROLL for (int v = 0; v < NV; v++)
+                            ga[r * GC + h] = _mm256_fmadd_ps(x[v], _mm256_loadu_ps(qs + (size_t)h * W + c + 8 * (size_t)v),
+                                                             ga[r * GC + h]);
+                }
+        for (; c < ce; c += 8)
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256 x = cvt8(B, 1, base + (size_t)r * rb, c, cen);
+                UNROLL for (int h = 0; h < GC; h++)
+                    ga[r * GC + h] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + c), ga[r * GC + h]);
+            }
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 sv = _mm256_broadcast_ss(sf + (size_t)r * per + k);
+            UNROLL for (int h = 0; h < GC; h++) a[r * GC + h] = _mm256_fmadd_ps(sv, ga[r * GC + h], a[r * GC + h]);
+        }
+    }
+    reduce8(a, out);
+}
+
+/* Rows i .. i+n for GC heads: qs (kernel order or natural, KO), Qs[h*per + k] = sum of q_h over group k. */
+INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t ls, const float *qs, const float *Qs,
+                      float *sf, float *mf, const KiviRows *k, size_t t0, size_t i, size_t n)
+{
+    const int R = 4 / GC;
+    const size_t W = k->W, rb = k->row_bytes, per = k->per;
+    const __m256 cen = _mm256_set1_ps(centre_of(k));
+    float out[8];
+    for (size_t e = i + n; i < e;) {
+        const size_t t = t0 + i;
+        const uint8_t *base = k->codes + t * rb;
+        if (i + (size_t)R <= e) {
+            prefetch_range(base + PF_AHEAD, (size_t)R * rb);
+            params_f32(sf, k, t * per, (size_t)R * per, 0);
+            if (k->min) params_f32(mf, k, t * per, (size_t)R * per, 1);
+            keyt_tile(B, GC, R, KO, out, qs, sf, W, k->g, per, base, rb, cen);
+        } else {
+            params_f32(sf, k, t * per, per, 0);
+            if (k->min) params_f32(mf, k, t * per, per, 1);
+            keyt_tile(B, GC, 1, KO, out, qs, sf, W, k->g, per, base, rb, cen);
+        }
+        const int rr = i + (size_t)R <= e ? R : 1;
+        for (int r = 0; r < rr; r++)
+            for (int h = 0; h < GC; h++) {
+                float v = out[r * GC + h];
+                if (k->min) {   /* the midpoints' share: sum_k (m + C s)_rk Q_hk */
+                    float a = 0.0f;
+                    for (size_t kk = 0; kk < per; kk++) a += mf[(size_t)r * per + kk] * Qs[(size_t)h * per + kk];
+                    v += a;
+                }
+                s[(size_t)h * ls + i + (size_t)r] = v;
+            }
+        i += (size_t)rr;
+    }
+}
+
+INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const float *q, size_t G, const KiviRows *k,
+                           size_t t0, size_t n, float *scr)
+{
+    const size_t W = k->W, g = k->g, per = k->per;
+    float *qs = scr, *Qs = qs + G * W, *sf = Qs + G * per, *mf = sf + 4 * per;
+    for (size_t h = 0; h < G; h++) {
+        const float *qh = q + h * W;
+        if (KO) to_kernel_order(B, qs + h * W, qh, W);
+        else memcpy(qs + h * W, qh, W * sizeof *qs);
+        for (size_t kk = 0; kk < per; kk++) {
+            float a = 0.0f;
+            for (size_t j = kk * g; j < (kk + 1) * g && j < W; j++) a += qh[j];
+            Qs[h * per + kk] = a;
+        }
+    }
+    for (size_t h = 0; h < G;) {
+        size_t left = G - h;
+        if (left >= 4) {
+            keyt_rows(B, 4, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            h += 4;
+        } else if (left >= 2) {
+            keyt_rows(B, 2, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            h += 2;
+        } else {
+            keyt_rows(B, 1, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            h += 1;
+        }
+    }
+}
+
+/* Values with g tokens per group (axis channel), GC heads: per token group the centred sums y_j = sum_t p_t
+ * (n_tj - C) (val_tile with one weight per row) in ak, then ao += s_G y + (m_G + C s_G) sum_t p_t in kernel order;
+ * ao is taken back to natural order at the end. Scratch: ao, ak (GC, W), sk, mk, tmp (W), wt (GC, VR), wc, P (GC). */
+INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, size_t lp, const KiviRows *v, size_t t0,
+                       size_t n, float *scr)
+{
+    const size_t W = v->W, g = v->g, rb = v->row_bytes;
+    float *ao = scr, *ak = ao + (size_t)GC * W, *sk = ak + (size_t)GC * W, *mk = sk + W, *tmp = mk + W;
+    float *wt = tmp + W, *wc = wt + (size_t)GC * VR, *P = wc + GC;
+    const float cen = centre_of(v);
+    memset(ao, 0, (size_t)GC * W * sizeof *ao);
+    for (size_t i = 0; i < n;) {
+        size_t grp = (t0 + i) / g, end = (grp + 1) * g - t0;
+        if (end > n) end = n;
+        memset(ak, 0, (size_t)GC * W * sizeof *ak);
+        UNROLL for (int h = 0; h < GC; h++) P[h] = 0.0f;
+        for (; i < end;) {
+            const size_t R = i + VR <= end ? VR : 1;
+            const uint8_t *base = v->codes + (t0 + i) * rb;
+            UNROLL for (int h = 0; h < GC; h++) {
+                float ws = 0.0f;
+                for (size_t r = 0; r < R; r++) {
+                    float w = p[(size_t)h * lp + i + r];
+                    wt[(size_t)h * VR + r] = w;
+                    ws += w;
+                }
+                wc[h] = cen * ws;
+                P[h] += ws;
+            }
+            if (R == VR) {
+                prefetch_range(base + PF_AHEAD, VR * rb);
+                val_tile(B, GC, 1, VR, ak, wt, wc, W, W, 1, base, rb);
+            } else {
+                val_tile(B, GC, 1, 1, ak, wt, wc, W, W, 1, base, rb);
+            }
+            i += R;
+        }
+        params_f32(tmp, v, grp * W, W, 0);
+        to_kernel_order(B, sk, tmp, W);
+        if (v->min) {
+            params_f32(tmp, v, grp * W, W, 1);
+            to_kernel_order(B, mk, tmp, W);
+        }
+        UNROLL for (int h = 0; h < GC; h++) {
+            float *o = ao + (size_t)h * W;
+            const float *y = ak + (size_t)h * W;
+            const __m256 pv = _mm256_set1_ps(P[h]);
+            for (size_t j = 0; j < W; j += 8) {
+                __m256 a = _mm256_fmadd_ps(_mm256_loadu_ps(sk + j), _mm256_loadu_ps(y + j), _mm256_loadu_ps(o + j));
+                if (v->min) a = _mm256_fmadd_ps(_mm256_loadu_ps(mk + j), pv, a);
+                _mm256_storeu_ps(o + j, a);
+            }
+        }
+    }
+    UNROLL for (int h = 0; h < GC; h++)
+        for (size_t q = 0; q < W; q++) acc[(size_t)h * W + kpos_col(B, W, q)] += ao[(size_t)h * W + q];
+}
+
+INLINE void vacc_channel_b(const int B, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0,
+                           size_t n, float *scr)
+{
+    const size_t W = v->W;
+    for (size_t h = 0; h < G;) {   /* as kivi_vacc_b: at most 8 accumulator vectors per unit */
+        size_t left = G - h;
+        if (left >= 4 && B != 2) {
+            valc_heads(B, 4, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 4;
+        } else if (left >= 2) {
+            valc_heads(B, 2, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 2;
+        } else {
+            valc_heads(B, 1, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 1;
+        }
+    }
+}
+
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+                         float *scr)
+{
+    int ko = k->g % U_OF(k->bits) == 0 || k->g == k->W;
+    if (k->bits == 4) ko ? scores_token_b(4, 1, s, ls, q, G, k, t0, n, scr) : scores_token_b(4, 0, s, ls, q, G, k, t0, n, scr);
+    else if (k->bits == 2) ko ? scores_token_b(2, 1, s, ls, q, G, k, t0, n, scr) : scores_token_b(2, 0, s, ls, q, G, k, t0, n, scr);
+    else scores_token_b(8, 1, s, ls, q, G, k, t0, n, scr);
+}
+
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+                         float *scr)
+{
+    if (v->bits == 4) vacc_channel_b(4, acc, p, lp, G, v, t0, n, scr);
+    else if (v->bits == 2) vacc_channel_b(2, acc, p, lp, G, v, t0, n, scr);
+    else vacc_channel_b(8, acc, p, lp, G, v, t0, n, scr);
 }
 
 static const KiviKernels kivi_avx2 = {"avx2", kivi_scores_avx2, kivi_vacc_avx2};
