@@ -1,5 +1,7 @@
-/* kernels_kivi: fused decode kernels for KIVI's quantized cache (src/methods/kivi.c): STORE_INTN, asymmetric,
- * 2 / 4 / 8-bit codes, FP16 scales and mins (store.h, intN). Two implementations with one interface:
+/* kernels_kivi: fused decode kernels for the grouped integer format STORE_INTN (store.h, intN) of KIVI's cache
+ * (src/methods/kivi.c) and the method library's quantize: 2 / 4 / 8-bit codes, asymmetric or symmetric (read as
+ * the asymmetric form with m = -2^(b-1) s: stored n = code + 2^(b-1)), FP16 or FP32 scales and mins, groups along
+ * either axis for keys and values. Two implementations with one interface:
  * kernels_kivi_ref.c (portable scalar, the `_ref` twins) and kernels_kivi_avx2.c (AVX2 + FMA + F16C, compiled
  * with those flags alone, called only after decode.c's runtime CPU check). Internal to src/decode/.
  *
@@ -12,6 +14,12 @@
  * p_t s_tk (small: the centring is subtracted inside the tile) into its accumulators, and per group the
  * midpoints' share M_k = sum_t p_t (m_tk + C s_tk), added to the group's columns at the end of the call. Summing
  * p s n and p m separately over a block would cancel in float32 (each is far larger than the result).
+ * Keys (axis token): token t, channel group k: score_t = sum_k s_tk (q_k . (n_tk - C)) + sum_k (m_tk + C s_tk) Q_k,
+ * Q_k = sum of q over group k (once per call); the scalar twin dots q with the exact values n s + m.
+ * Values (axis channel): token group G, column j: per token group y_j = sum_t p_t (n_tj - C) (the AVX2 value tile
+ * with one weight per row), then acc_j += s_Gj y_j + (m_Gj + C s_Gj) sum_t p_t; the scalar twin adds p_t times
+ * the exact values. In these two C = 2^(b-1) when symmetric (the midpoint term is then exactly 0), else
+ * (2^b - 1) / 2.
  *
  * Codes: element (t, j) at bit (t W + j) b of one little-endian bit stream; the kernels need byte-aligned rows
  * (row_bytes = W b / 8) and W % 8 == 0 and g % 8 == 0 (or one group for the whole column / row); decode.c
@@ -71,8 +79,9 @@ static inline float kivi_min(const KiviRows *r, size_t i)
 }
 
 /* Floats of scratch a kernel call needs for G query heads over rows of W columns. */
-/* (keys: q' in kernel order, c, q' natural; values per group of <= 4 heads: accumulators, M, wc, wt, indices) */
-#define KIVI_SCRATCH(G, W) ((G) * (4 * (W) + 16) + 4 * (W) + 64)
+/* (keys: q' in kernel order, c, q' natural, or per token: q', 2 x 32 rows of parameters; values per group of <= 4
+ * heads: accumulators, M, wc, wt, indices, or per channel: 2 accumulators, scales, mids, weights) */
+#define KIVI_SCRATCH(G, W) ((G) * (4 * (W) + 16) + 8 * (W) + 64)
 
 /* s[h*ls + i] = sum_j q[h*W + j] * value(t0+i, j), h < G, i < n; q: G queries of W floats (natural order). */
 typedef void (*KiviScoresFn)(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,

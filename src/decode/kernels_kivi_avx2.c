@@ -486,118 +486,110 @@ INLINE float centre_of(const KiviRows *r)
     return r->min ? (float)((1 << r->bits) - 1) * 0.5f : (float)(1 << (r->bits - 1));
 }
 
-/* dst[c] = s (mid == 0) or m + C s (mid == 1) of parameters i0 .. i0 + cnt. */
-static void params_f32(float *dst, const KiviRows *r, size_t i0, size_t cnt, int mid)
+/* dst[c] = parameter i0 + c, c < cnt: the scale (what 0), the min (1) or the midpoint m + C s (2). */
+static void params_f32(float *dst, const KiviRows *r, size_t i0, size_t cnt, int what)
 {
     const float cen = centre_of(r);
     size_t c = 0;
-    for (; c + 8 <= cnt; c += 8) {
-        __m256 s = scale8(r, i0 + c);
-        _mm256_storeu_ps(dst + c, mid ? _mm256_fmadd_ps(_mm256_set1_ps(cen), s, min8(r, i0 + c)) : s);
-    }
-    for (; c < cnt; c++) dst[c] = mid ? min1(r, i0 + c) + cen * scale1(r, i0 + c) : scale1(r, i0 + c);
+    for (; c + 8 <= cnt; c += 8)
+        _mm256_storeu_ps(dst + c, what == 0   ? scale8(r, i0 + c)
+                                  : what == 1 ? min8(r, i0 + c)
+                                              : _mm256_fmadd_ps(_mm256_set1_ps(cen), scale8(r, i0 + c), min8(r, i0 + c)));
+    for (; c < cnt; c++)
+        dst[c] = what == 0 ? scale1(r, i0 + c) : what == 1 ? min1(r, i0 + c) : min1(r, i0 + c) + cen * scale1(r, i0 + c);
 }
 
-/* Rows of keys with g channels per group (axis token), R rows for GC heads (R * GC <= 4): out[r*GC + h] =
- * sum_k s_rk (q_hk . (n_rk - C)), per group one partial vector per row and head, scaled into the row's sum at the
- * group's end. KO: full units in kernel order (g % U == 0 or one group); else 8 natural columns at a time. */
+/* R rows of keys with g channels per group (axis token) for GC heads (R * GC <= 8), as key_tile but each code
+ * vector is first turned into its values n s + m (one FMA with the row's group scale sf[r*per + k] and min
+ * mf[r*per + k], shared by the GC heads): out[r*GC + h] = q_h . value(row r). The exact values are summed, so
+ * nothing cancels. KO: full units in kernel order (g % U == 0 or one group); else 8 natural columns at a time. */
 INLINE void keyt_tile(const int B, const int GC, const int R, const int KO, float *out, const float *qs,
-                      const float *sf, size_t W, size_t g, size_t per, const uint8_t *base, size_t rb, __m256 cen)
+                      const float *sf, const float *mf, size_t W, size_t g, size_t per, const uint8_t *base, size_t rb)
 {
     const size_t U = U_OF(B);
-    const int NV = NV_OF(B);
+    const int NV = NV_OF(B), A = 8 / (R * GC) >= 2 ? 2 : 1;
     const __m256 zero = _mm256_setzero_ps();
     __m256 a[8];
     UNROLL for (int m = 0; m < 8; m++) a[m] = zero;
     for (size_t k = 0, c = 0; k < per; k++) {
         const size_t ce = (k + 1) * g < W ? (k + 1) * g : W;
-        __m256 ga[4];
-        UNROLL for (int m = 0; m < R * GC; m++) ga[m] = zero;
         if (KO)
             for (; c + U <= ce; c += U)
                 UNROLL for (int r = 0; r < R; r++) {
+                    const __m256 sv = _mm256_broadcast_ss(sf + (size_t)r * per + k);
+                    const __m256 mv = _mm256_broadcast_ss(mf + (size_t)r * per + k);
                     __m256 x[4];
-                    cvt_unit(B, 1, base + (size_t)r * rb + c * (size_t)B / 8, x, cen);
+                    cvt_unit(B, 0, base + (size_t)r * rb + c * (size_t)B / 8, x, zero);
+                    UNROLL for (int v = 0; v < NV; v++) x[v] = _mm256_fmadd_ps(x[v], sv, mv);
                     UNROLL for (int h = 0; h < GC; h++)
-                        UNROLL for (int v = 0; v < NV; v++)
-                            ga[r * GC + h] = _mm256_fmadd_ps(x[v], _mm256_loadu_ps(qs + (size_t)h * W + c + 8 * (size_t)v),
-                                                             ga[r * GC + h]);
+                        UNROLL for (int v = 0; v < NV; v++) {
+                            const int ai = (r * GC + h) * A + v % A;
+                            a[ai] = _mm256_fmadd_ps(x[v], _mm256_loadu_ps(qs + (size_t)h * W + c + 8 * (size_t)v), a[ai]);
+                        }
                 }
         for (; c < ce; c += 8)
             UNROLL for (int r = 0; r < R; r++) {
-                __m256 x = cvt8(B, 1, base + (size_t)r * rb, c, cen);
+                __m256 x = cvt8(B, 0, base + (size_t)r * rb, c, zero);
+                x = _mm256_fmadd_ps(x, _mm256_broadcast_ss(sf + (size_t)r * per + k), _mm256_broadcast_ss(mf + (size_t)r * per + k));
                 UNROLL for (int h = 0; h < GC; h++)
-                    ga[r * GC + h] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + c), ga[r * GC + h]);
+                    a[(r * GC + h) * A] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + c), a[(r * GC + h) * A]);
             }
-        UNROLL for (int r = 0; r < R; r++) {
-            __m256 sv = _mm256_broadcast_ss(sf + (size_t)r * per + k);
-            UNROLL for (int h = 0; h < GC; h++) a[r * GC + h] = _mm256_fmadd_ps(sv, ga[r * GC + h], a[r * GC + h]);
-        }
     }
+    if (A == 2)
+        UNROLL for (int m = 0; m < R * GC; m++) a[m] = _mm256_add_ps(a[2 * m], a[2 * m + 1]);
+    UNROLL for (int m = R * GC; m < 8; m++) a[m] = zero;
     reduce8(a, out);
 }
 
-/* Rows i .. i+n for GC heads: qs (kernel order or natural, KO), Qs[h*per + k] = sum of q_h over group k. */
-INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t ls, const float *qs, const float *Qs,
-                      float *sf, float *mf, const KiviRows *k, size_t t0, size_t i, size_t n)
+enum { KT_CHUNK = 32 };   /* rows whose parameters keyt_rows converts at a time */
+
+/* Rows 0 .. n for GC heads: qs the prepared queries (kernel order when KO); sf, mf scratch (KT_CHUNK * per): the
+ * scales and mins of a chunk of rows, converted at once. */
+INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t ls, const float *qs, float *sf,
+                      float *mf, const KiviRows *k, size_t t0, size_t n)
 {
-    const int R = 4 / GC;
+    const int R = KR_OF(B, GC);
     const size_t W = k->W, rb = k->row_bytes, per = k->per;
-    const __m256 cen = _mm256_set1_ps(centre_of(k));
     float out[8];
-    for (size_t e = i + n; i < e;) {
-        const size_t t = t0 + i;
-        const uint8_t *base = k->codes + t * rb;
-        if (i + (size_t)R <= e) {
+    for (size_t c0 = 0; c0 < n; c0 += KT_CHUNK) {
+        const size_t ce = n - c0 < KT_CHUNK ? n : c0 + KT_CHUNK;
+        params_f32(sf, k, (t0 + c0) * per, (ce - c0) * per, 0);
+        params_f32(mf, k, (t0 + c0) * per, (ce - c0) * per, 1);
+        size_t i = c0;
+        for (; i + (size_t)R <= ce; i += (size_t)R) {
+            const uint8_t *base = k->codes + (t0 + i) * rb;
             prefetch_range(base + PF_AHEAD, (size_t)R * rb);
-            params_f32(sf, k, t * per, (size_t)R * per, 0);
-            if (k->min) params_f32(mf, k, t * per, (size_t)R * per, 1);
-            keyt_tile(B, GC, R, KO, out, qs, sf, W, k->g, per, base, rb, cen);
-        } else {
-            params_f32(sf, k, t * per, per, 0);
-            if (k->min) params_f32(mf, k, t * per, per, 1);
-            keyt_tile(B, GC, 1, KO, out, qs, sf, W, k->g, per, base, rb, cen);
+            keyt_tile(B, GC, R, KO, out, qs, sf + (i - c0) * per, mf + (i - c0) * per, W, k->g, per, base, rb);
+            UNROLL for (int r = 0; r < R; r++)
+                UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i + (size_t)r] = out[r * GC + h];
         }
-        const int rr = i + (size_t)R <= e ? R : 1;
-        for (int r = 0; r < rr; r++)
-            for (int h = 0; h < GC; h++) {
-                float v = out[r * GC + h];
-                if (k->min) {   /* the midpoints' share: sum_k (m + C s)_rk Q_hk */
-                    float a = 0.0f;
-                    for (size_t kk = 0; kk < per; kk++) a += mf[(size_t)r * per + kk] * Qs[(size_t)h * per + kk];
-                    v += a;
-                }
-                s[(size_t)h * ls + i + (size_t)r] = v;
-            }
-        i += (size_t)rr;
+        for (; i < ce; i++) {
+            keyt_tile(B, GC, 1, KO, out, qs, sf + (i - c0) * per, mf + (i - c0) * per, W, k->g, per,
+                      k->codes + (t0 + i) * rb, rb);
+            UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i] = out[h];
+        }
     }
 }
 
 INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const float *q, size_t G, const KiviRows *k,
                            size_t t0, size_t n, float *scr)
 {
-    const size_t W = k->W, g = k->g, per = k->per;
-    float *qs = scr, *Qs = qs + G * W, *sf = Qs + G * per, *mf = sf + 4 * per;
+    const size_t W = k->W, per = k->per;
+    float *qs = scr, *sf = qs + G * W, *mf = sf + KT_CHUNK * per;
     for (size_t h = 0; h < G; h++) {
-        const float *qh = q + h * W;
-        if (KO) to_kernel_order(B, qs + h * W, qh, W);
-        else memcpy(qs + h * W, qh, W * sizeof *qs);
-        for (size_t kk = 0; kk < per; kk++) {
-            float a = 0.0f;
-            for (size_t j = kk * g; j < (kk + 1) * g && j < W; j++) a += qh[j];
-            Qs[h * per + kk] = a;
-        }
+        if (KO) to_kernel_order(B, qs + h * W, q + h * W, W);
+        else memcpy(qs + h * W, q + h * W, W * sizeof *qs);
     }
     for (size_t h = 0; h < G;) {
         size_t left = G - h;
         if (left >= 4) {
-            keyt_rows(B, 4, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            keyt_rows(B, 4, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
             h += 4;
         } else if (left >= 2) {
-            keyt_rows(B, 2, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            keyt_rows(B, 2, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
             h += 2;
         } else {
-            keyt_rows(B, 1, KO, s + h * ls, ls, qs + h * W, Qs + h * per, sf, mf, k, t0, 0, n);
+            keyt_rows(B, 1, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
             h += 1;
         }
     }
@@ -643,7 +635,7 @@ INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, si
         params_f32(tmp, v, grp * W, W, 0);
         to_kernel_order(B, sk, tmp, W);
         if (v->min) {
-            params_f32(tmp, v, grp * W, W, 1);
+            params_f32(tmp, v, grp * W, W, 2);
             to_kernel_order(B, mk, tmp, W);
         }
         UNROLL for (int h = 0; h < GC; h++) {
