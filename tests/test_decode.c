@@ -6,11 +6,13 @@
  * channels), each implementation's output is compared with attention in double over the dequantized
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
  * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
- * without a fused kernel (the method library's intN shapes that are not KIVI's) go through the generic
+ * without a fused kernel (intN with 3 / 5 bits, groups of 12, W % 8 != 0) go through the generic
  * dequantized-tile path. ggml q4_1 / q5_0 / q5_1 / iq4_nl: all of the above (but D % 32 == 0), G = 1 / 2 / 4 / 8 /
  * 10, rows wider than the V tile, low-rank coefficients, and an all-zero block after a non-zero one.
  * KIVI caches (asymmetric intN keys per channel, values per token, 2 / 4 / 8 bits, FP16 parameters) with and
- * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair.
+ * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair. The other grouped
+ * intN shapes (keys per token, values per channel, and KIVI's axes), symmetric and asymmetric, FP16 and FP32
+ * parameters, 2 / 4 / 8 bits, g = 8 / 16 / 24 / 32 / 40 / whole row, with offsets in K and V.
  * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */

@@ -23,7 +23,7 @@
  *     scales and mins, groups along either axis, with W % 8 == 0 and g % 8 == 0 (or one group per column / row;
  *     groups may cross blocks, the last may be shorter). Keys per channel (groups of g tokens): per token group
  *     q'_j = q_j s_Gj and c_G = q . m_G once, then s_t = q' . n_t + c_G; keys per token (groups of g channels):
- *     s_t = sum_k s_tk q_k . (n_tk - C) + (m_tk + C s_tk) Q_k (Q_k = sum of q over group k, once per call);
+ *     each vector of codes becomes its values n s_tk + m_tk by one FMA, then s_t = q . k_t;
  *     values per token: acc_j += p_t (s_tk n_tj + m_tk); values per channel (groups of g tokens): per token
  *     group y = sum_t p_t (n_t - C), then acc += s_G y + (m_G + C s_G) sum_t p_t. Symmetric is the asymmetric
  *     form with m = -2^(b-1) s. Any other stored format (intN with 3 / 5 / 6 / 7 bits, other group sizes,
@@ -45,8 +45,8 @@
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
  * factors before the two are added, in double). intN: q' and c_G rounded to float32 once per token group;
  * the AVX2 value kernel sums s (n - C) per tile of 8 tokens (C = (2^b - 1) / 2) and the midpoints m + C s
- * per group, so that sum p s n and sum p m (each far larger than their sum) do not cancel in float32; keys
- * per token and values per channel centre the codes the same way (C = 2^(b-1) symmetric, (2^b - 1) / 2 asym).
+ * per group, so that sum p s n and sum p m (each far larger than their sum) do not cancel in float32; values
+ * per channel centre the codes the same way (C = 2^(b-1) symmetric, (2^b - 1) / 2 asymmetric).
  * Against attention over the dequantized cache in double (attn_forward), the relative error of the
  * output is below DECODE_TOL for every format (tests/test_decode.c; kvc bench reports it).
  *

@@ -14,16 +14,17 @@
  * p_t s_tk (small: the centring is subtracted inside the tile) into its accumulators, and per group the
  * midpoints' share M_k = sum_t p_t (m_tk + C s_tk), added to the group's columns at the end of the call. Summing
  * p s n and p m separately over a block would cancel in float32 (each is far larger than the result).
- * Keys (axis token): token t, channel group k: score_t = sum_k s_tk (q_k . (n_tk - C)) + sum_k (m_tk + C s_tk) Q_k,
- * Q_k = sum of q over group k (once per call); the scalar twin dots q with the exact values n s + m.
+ * Keys (axis token): token t, channel group k: the AVX2 kernel turns each vector of 8 codes into its values
+ * fma(n, s_tk, m_tk) (once for the query heads of the tile) and dots them with q; the scalar twin dots q with
+ * n s + m (a product and a sum). No split into n s and m parts, so nothing cancels.
  * Values (axis channel): token group G, column j: per token group y_j = sum_t p_t (n_tj - C) (the AVX2 value tile
  * with one weight per row), then acc_j += s_Gj y_j + (m_Gj + C s_Gj) sum_t p_t; the scalar twin adds p_t times
- * the exact values. In these two C = 2^(b-1) when symmetric (the midpoint term is then exactly 0), else
- * (2^b - 1) / 2.
+ * the exact values. Here C = 2^(b-1) when symmetric (the midpoint term is then exactly 0), else (2^b - 1) / 2.
  *
  * Codes: element (t, j) at bit (t W + j) b of one little-endian bit stream; the kernels need byte-aligned rows
  * (row_bytes = W b / 8) and W % 8 == 0 and g % 8 == 0 (or one group for the whole column / row); decode.c
- * checks this (kivi_rows) and sends every other intN shape through the generic dequantized-tile path. The
+ * checks this (kivi_rows) and sends every other intN shape (3 / 5 / 6 / 7 bits, other groups, W % 8 != 0, low rank)
+ * through the generic dequantized-tile path. The
  * interface is in natural column order both ways; the AVX2 kernels read 8 bytes at a time in their own order
  * (4 bits: even then odd columns of 16; 2 bits: column 4i + k at 8k + i of 32) and permute q' and the
  * accumulators themselves.

@@ -1,4 +1,4 @@
-/* kernels_kivi_avx2: the KIVI kernels (see kernels_kivi.h) with AVX2 + FMA + F16C intrinsics. This file alone
+/* kernels_kivi_avx2: the grouped intN (KIVI) kernels (see kernels_kivi.h) with AVX2 + FMA + F16C intrinsics. This file alone
  * is compiled with -mavx2 -mfma -mf16c (like kernels_avx2.c); decode.c calls it only after cpuid and xgetbv say
  * the CPU and OS have all three. Its scalar twins are in kernels_kivi_ref.c.
  *
@@ -14,6 +14,11 @@
  * centring); the midpoints' share sum_t p_t (m + C s) is kept per group and added once per call, with the
  * kernel-order accumulators taken back to natural order. The weights of a tile are computed 8 at a time when
  * the groups per row divide 8 (permutevar of the 8 weights p), else in scalar code.
+ * Keys per token (groups of g channels along the row): as the key tiles above, each code vector first made its
+ * values by one FMA with the row's group scale and min (converted to float for 32 rows at a time).
+ * Values per channel (groups of g tokens along the column): the value tile with one weight p per row (centred,
+ * per token group), folded per token group with the group's scales and midpoints (kernel order).
+ * Parameters are FP16 or FP32; a symmetric format's min is -2^(b-1) s.
  * The summation order depends only on W, g, n and G, never on the thread count.
  */
 #include "decode/kernels_kivi.h"
