@@ -121,6 +121,12 @@ INLINE float min1(const KiviRows *r, size_t i)
     if (!r->min) return -(float)(1 << (r->bits - 1)) * scale1(r, i);
     return r->f32 ? ((const float *)r->min)[i] : _cvtsh_ss(((const uint16_t *)r->min)[i]);
 }
+/* The same with P = 1 known at compile time to mean FP16 scales and mins (KIVI's own form: no branches in the
+ * hot loops); P = 0 reads the KiviRows flags. */
+#define SCALE8(P, r, i) ((P) ? h8((const uint16_t *)(r)->scale + (i)) : scale8(r, i))
+#define MIN8(P, r, i) ((P) ? h8((const uint16_t *)(r)->min + (i)) : min8(r, i))
+#define SCALE1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->scale)[i]) : scale1(r, i))
+#define MIN1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->min)[i]) : min1(r, i))
 /* Bytes of one parameter. */
 INLINE size_t par_bytes(const KiviRows *r) { return r->f32 ? 4 : 2; }
 
@@ -232,7 +238,7 @@ INLINE void to_kernel_order(const int B, float *o, const float *x, size_t W)
     memcpy(o + nfu * U, x + nfu * U, (W - nfu * U) * sizeof *o);
 }
 
-INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
+INLINE void kivi_scores_b(const int B, const int P, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
                           size_t n, float *scr)
 {
     const size_t W = k->W, g = k->g, nu = W / 8;
@@ -249,15 +255,15 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
             size_t u = 0;
             for (; u + 2 <= nu; u += 2) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u), x1 = _mm256_loadu_ps(qh + 8 * u + 8);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, scale8(k, p0 + 8 * u)));
-                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, scale8(k, p0 + 8 * u + 8)));
-                a0 = _mm256_fmadd_ps(x0, min8(k, p0 + 8 * u), a0);
-                a1 = _mm256_fmadd_ps(x1, min8(k, p0 + 8 * u + 8), a1);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, SCALE8(P, k, p0 + 8 * u)));
+                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, SCALE8(P, k, p0 + 8 * u + 8)));
+                a0 = _mm256_fmadd_ps(x0, MIN8(P, k, p0 + 8 * u), a0);
+                a1 = _mm256_fmadd_ps(x1, MIN8(P, k, p0 + 8 * u + 8), a1);
             }
             for (; u < nu; u++) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, scale8(k, p0 + 8 * u)));
-                a0 = _mm256_fmadd_ps(x0, min8(k, p0 + 8 * u), a0);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, SCALE8(P, k, p0 + 8 * u)));
+                a0 = _mm256_fmadd_ps(x0, MIN8(P, k, p0 + 8 * u), a0);
             }
             c[h] = hsum(_mm256_add_ps(a0, a1));
             to_kernel_order(B, qs + h * W, tmp, W);
@@ -282,6 +288,20 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
 static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                          float *scr);
 
+/* One function per bit width and parameter form (each its own code, not one large function). */
+#define KSCORES(B, P)                                                                                               \
+    static __attribute__((noinline)) void kscores_##B##_##P(float *s, size_t ls, const float *q, size_t G,            \
+                                                            const KiviRows *k, size_t t0, size_t n, float *scr)      \
+    {                                                                                                               \
+        kivi_scores_b(B, P, s, ls, q, G, k, t0, n, scr);                                                            \
+    }
+KSCORES(2, 0)
+KSCORES(4, 0)
+KSCORES(8, 0)
+KSCORES(2, 1)
+KSCORES(4, 1)
+KSCORES(8, 1)
+
 static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                              float *scr)
 {
@@ -289,9 +309,8 @@ static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, cons
         scores_token(s, ls, q, G, k, t0, n, scr);
         return;
     }
-    if (k->bits == 4) kivi_scores_b(4, s, ls, q, G, k, t0, n, scr);
-    else if (k->bits == 2) kivi_scores_b(2, s, ls, q, G, k, t0, n, scr);
-    else kivi_scores_b(8, s, ls, q, G, k, t0, n, scr);
+    static const KiviScoresFn fn[2][3] = {{kscores_2_0, kscores_4_0, kscores_8_0}, {kscores_2_1, kscores_4_1, kscores_8_1}};
+    fn[!k->f32 && k->min][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
 }
 
 /* ---- values -------------------------------------------------------------------------------------------------- */
@@ -356,7 +375,7 @@ INLINE void val_tile(const int B, const int GC, const int KO, const int R, float
 
 /* The weights of rows i .. i+nr (nr <= VR) for GC heads, scalar: wt, wc (see val_tile) and msum[h*per + k] +=
  * sum_r p * (m + C s), the midpoints' share. */
-INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
+INLINE void val_weights_scalar(const int B, const int P, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
                                const KiviRows *v, size_t t, size_t i, size_t nr)
 {
     const size_t per = v->per;
@@ -365,7 +384,7 @@ INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, 
         for (size_t k = 0; k < per; k++) {
             float ws = 0.0f;
             for (size_t r = 0; r < nr; r++) {
-                float sc = scale1(v, (t + r) * per + k), mid = min1(v, (t + r) * per + k) + cen * sc;
+                float sc = SCALE1(P, v, (t + r) * per + k), mid = MIN1(P, v, (t + r) * per + k) + cen * sc;
                 float ph = p[h * lp + i + r], w = ph * sc;
                 wt[(h * VR + r) * per + k] = w;
                 ws += w;
@@ -378,7 +397,7 @@ INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, 
 /* The same for a full tile of VR rows when per divides 8: the tile's per * VR FP16 scales and mins are
  * contiguous; lane e of a vector is row e / per, group e % per (pidx: e / per, precomputed). msv[h] collects
  * p * mid per lane (folded by group at the end). */
-INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
+INLINE void val_weights_vec(const int B, const int P, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
                             const KiviRows *v, size_t t, size_t i, const int32_t *pidx)
 {
     const size_t per = v->per, ne = VR * per;
@@ -386,7 +405,7 @@ INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m
     UNROLL for (int h = 0; h < GC; h++) {
         __m256 p8 = _mm256_loadu_ps(p + (size_t)h * lp + i), ws = _mm256_setzero_ps();
         for (size_t e = 0; e < ne; e += 8) {
-            __m256 sv = scale8(v, t * per + e), mid = _mm256_fmadd_ps(cen, sv, min8(v, t * per + e));
+            __m256 sv = SCALE8(P, v, t * per + e), mid = _mm256_fmadd_ps(cen, sv, MIN8(P, v, t * per + e));
             __m256 pp = _mm256_permutevar8x32_ps(p8, _mm256_loadu_si256((const __m256i *)(const void *)(pidx + e)));
             __m256 w = _mm256_mul_ps(pp, sv);
             _mm256_storeu_ps(wt + (size_t)h * ne + e, w);
@@ -405,7 +424,7 @@ INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m
 
 /* GC heads (acc, p at the first of them). Scratch: ak (GC, W) kernel-order accumulators, msum (GC, per), wc
  * (GC, per), wt (GC, VR, per), pidx (8 per). */
-INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
+INLINE void val_heads(const int B, const int P, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
                       size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W, g = v->g, per = v->per, rb = v->row_bytes;
@@ -424,12 +443,12 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
         prefetch_range(base + PF_AHEAD, VR * rb);
         _mm_prefetch((const char *)v->scale + (t + 64) * per * par_bytes(v), _MM_HINT_T0);   /* the parameter streams */
         if (v->min) _mm_prefetch((const char *)v->min + (t + 64) * per * par_bytes(v), _MM_HINT_T0);
-        if (vec) val_weights_vec(B, GC, wt, wc, msv, p, lp, v, t, i, pidx);
-        else val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t, i, VR);
+        if (vec) val_weights_vec(B, P, GC, wt, wc, msv, p, lp, v, t, i, pidx);
+        else val_weights_scalar(B, P, GC, wt, wc, msum, p, lp, v, t, i, VR);
         val_tile(B, GC, KO, VR, ak, wt, wc, W, g, per, base, rb);
     }
     for (; i < n; i++) {
-        val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t0 + i, i, 1);
+        val_weights_scalar(B, P, GC, wt, wc, msum, p, lp, v, t0 + i, i, 1);
         val_tile(B, GC, KO, 1, ak, wt, wc, W, g, per, v->codes + (t0 + i) * rb, rb);
     }
     UNROLL for (int h = 0; h < GC; h++) {   /* back to natural order, plus the midpoints' share */
@@ -446,20 +465,20 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
     }
 }
 
-INLINE void kivi_vacc_b(const int B, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
+INLINE void kivi_vacc_b(const int B, const int P, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
                         size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W;
     for (size_t h = 0; h < G;) {   /* heads in groups of 4 (not 2 bits: GC * NV <= 8 accumulators), 2, 1 */
         size_t left = G - h;
         if (left >= 4 && B != 2) {
-            val_heads(B, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 4;
         } else if (left >= 2) {
-            val_heads(B, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 2;
         } else {
-            val_heads(B, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 1;
         }
     }
@@ -467,6 +486,23 @@ INLINE void kivi_vacc_b(const int B, const int KO, float *acc, const float *p, s
 
 static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                          float *scr);
+
+#define KVACC(B, P, KO)                                                                                             \
+    static __attribute__((noinline)) void kvacc_##B##_##P##_##KO(float *acc, const float *p, size_t lp, size_t G,     \
+                                                                 const KiviRows *v, size_t t0, size_t n, float *scr) \
+    {                                                                                                               \
+        kivi_vacc_b(B, P, KO, acc, p, lp, G, v, t0, n, scr);                                                        \
+    }
+KVACC(2, 0, 0)
+KVACC(4, 0, 0)
+KVACC(2, 0, 1)
+KVACC(4, 0, 1)
+KVACC(8, 0, 1)
+KVACC(2, 1, 0)
+KVACC(4, 1, 0)
+KVACC(2, 1, 1)
+KVACC(4, 1, 1)
+KVACC(8, 1, 1)
 
 static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                            float *scr)
@@ -477,9 +513,10 @@ static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, cons
     }
     /* kernel-order units need every unit inside one group */
     int ko = v->g % U_OF(v->bits) == 0 || v->g == v->W;
-    if (v->bits == 4) ko ? kivi_vacc_b(4, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(4, 0, acc, p, lp, G, v, t0, n, scr);
-    else if (v->bits == 2) ko ? kivi_vacc_b(2, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(2, 0, acc, p, lp, G, v, t0, n, scr);
-    else kivi_vacc_b(8, 1, acc, p, lp, G, v, t0, n, scr);
+    static const KiviVaccFn fn[2][2][3] = {
+        {{kvacc_2_0_0, kvacc_4_0_0, kvacc_8_0_1}, {kvacc_2_0_1, kvacc_4_0_1, kvacc_8_0_1}},
+        {{kvacc_2_1_0, kvacc_4_1_0, kvacc_8_1_1}, {kvacc_2_1_1, kvacc_4_1_1, kvacc_8_1_1}}};
+    fn[!v->f32 && v->min][ko][v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
 }
 
 /* ---- keys with groups along the row, values with groups along the column (the method library's shapes) ------ */
