@@ -714,21 +714,42 @@ INLINE void vacc_channel_b(const int B, float *acc, const float *p, size_t lp, s
     }
 }
 
+#define KSCORES_T(B, KO)                                                                                            \
+    static __attribute__((noinline)) void kscores_t_##B##_##KO(float *s, size_t ls, const float *q, size_t G,        \
+                                                               const KiviRows *k, size_t t0, size_t n, float *scr)   \
+    {                                                                                                               \
+        scores_token_b(B, KO, s, ls, q, G, k, t0, n, scr);                                                          \
+    }
+KSCORES_T(2, 0)
+KSCORES_T(2, 1)
+KSCORES_T(4, 0)
+KSCORES_T(4, 1)
+KSCORES_T(8, 1)
+
 static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                          float *scr)
 {
+    static const KiviScoresFn fn[2][3] = {{kscores_t_2_0, kscores_t_4_0, kscores_t_8_1},
+                                          {kscores_t_2_1, kscores_t_4_1, kscores_t_8_1}};
     int ko = k->g % U_OF(k->bits) == 0 || k->g == k->W;
-    if (k->bits == 4) ko ? scores_token_b(4, 1, s, ls, q, G, k, t0, n, scr) : scores_token_b(4, 0, s, ls, q, G, k, t0, n, scr);
-    else if (k->bits == 2) ko ? scores_token_b(2, 1, s, ls, q, G, k, t0, n, scr) : scores_token_b(2, 0, s, ls, q, G, k, t0, n, scr);
-    else scores_token_b(8, 1, s, ls, q, G, k, t0, n, scr);
+    fn[ko][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
 }
+
+#define KVACC_C(B)                                                                                                  \
+    static __attribute__((noinline)) void kvacc_c_##B(float *acc, const float *p, size_t lp, size_t G,                \
+                                                      const KiviRows *v, size_t t0, size_t n, float *scr)            \
+    {                                                                                                               \
+        vacc_channel_b(B, acc, p, lp, G, v, t0, n, scr);                                                            \
+    }
+KVACC_C(2)
+KVACC_C(4)
+KVACC_C(8)
 
 static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                          float *scr)
 {
-    if (v->bits == 4) vacc_channel_b(4, acc, p, lp, G, v, t0, n, scr);
-    else if (v->bits == 2) vacc_channel_b(2, acc, p, lp, G, v, t0, n, scr);
-    else vacc_channel_b(8, acc, p, lp, G, v, t0, n, scr);
+    static const KiviVaccFn fn[3] = {kvacc_c_2, kvacc_c_4, kvacc_c_8};
+    fn[v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
 }
 
 static const KiviKernels kivi_avx2 = {"avx2", kivi_scores_avx2, kivi_vacc_avx2};
