@@ -15,8 +15,9 @@
  *
  * The method library's intN tensors that are symmetric with one FP16 scale per token row (or per channel column)
  * at 8, 4 or 2 bits are the int8/int4/int2 formats of store.h (same bytes) and are timed with those fused kernels;
- * KIVI's shapes have their own kernels; other intN shapes go through the decode path's generic tiles (correct, not
- * fused). Every ggml type (q8_0 ... iq4_nl) has a fused kernel.
+ * the other intN shapes with 8, 4 or 2 bits, W % 8 == 0 and groups of a multiple of 8 (KIVI's among them) have the
+ * grouped intN kernels (src/decode/kernels_kivi.h); any other intN shape (3 / 5 / 6 / 7 bits, other group sizes) goes
+ * through the decode path's generic tiles (correct, not fused). Every ggml type (q8_0 ... iq4_nl) has a fused kernel.
  * Caches without values (data.values false) time the key side only (scores and their max).
  *
  * Ownership: a Timing keeps a pointer to the Data (which must outlive it) and owns the baseline cache.

@@ -6,11 +6,13 @@
  * channels), each implementation's output is compared with attention in double over the dequantized
  * cache (attn_forward, the quality path): relative error below DECODE_TOL. Also: fused vs. the scalar
  * `_ref` twins, bit-identical output for 1, 2 and 3 threads, and the key-side mode's max score. Formats
- * without a fused kernel (the method library's intN shapes that are not KIVI's) go through the generic
+ * without a fused kernel (intN with 3 / 5 bits, groups of 12, W % 8 != 0) go through the generic
  * dequantized-tile path. ggml q4_1 / q5_0 / q5_1 / iq4_nl: all of the above (but D % 32 == 0), G = 1 / 2 / 4 / 8 /
  * 10, rows wider than the V tile, low-rank coefficients, and an all-zero block after a non-zero one.
  * KIVI caches (asymmetric intN keys per channel, values per token, 2 / 4 / 8 bits, FP16 parameters) with and
- * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair.
+ * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair. The other grouped
+ * intN shapes (keys per token, values per channel, and KIVI's axes), symmetric and asymmetric, FP16 and FP32
+ * parameters, 2 / 4 / 8 bits, g = 8 / 16 / 24 / 32 / 40 / whole row, with offsets in K and V.
  * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */
@@ -239,14 +241,13 @@ typedef struct KCase {
  * of g channels, FP16 parameters; then Tr residual tokens in format rname (K and V). Keys have a per-channel
  * offset (like real keys; the mins are then far from 0), token 1 is all zero (zero value groups) and channel 3
  * of the first key group is zero (a zero key group). */
-static void kcase_init(KCase *c, int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t T, size_t D, size_t Tr,
-                       const char *rname, uint64_t seed)
+static void kcase_init(KCase *c, StoreFormat kf, StoreFormat vf, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
+                       size_t Tr, const char *rname, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
     c->L = L, c->Hkv = Hkv, c->G = G, c->T = T, c->Tr = Tr, c->D = D;
-    size_t n = L * Hkv, Hq = Hkv * G, Ta = T + Tr;
-    StoreFormat kf = store_intn_format(bits, 1, STORE_AXIS_CHANNEL, g, STORE_SCALE_F16);
-    StoreFormat vf = store_intn_format(bits, 1, STORE_AXIS_TOKEN, g, STORE_SCALE_F16);
+    size_t n = L * Hkv, Hq = Hkv * G, Ta = T + Tr, g = kf.group;
+    int kivi = kf.asym && vf.asym && kf.axis == STORE_AXIS_CHANNEL && vf.axis == STORE_AXIS_TOKEN;
     StoreFormat rf;
     if (Tr && (parse_any(&rf, rname) || store_check(rf, Tr, D, rname))) {
         printf("FAIL decode-kivi-format-%s: %s\n", rname, kvc_errmsg());
@@ -263,7 +264,8 @@ static void kcase_init(KCase *c, int bits, size_t g, size_t L, size_t Hkv, size_
             for (size_t t = 0; t < Ta; t++)
                 for (size_t j = 0; j < D; j++) {
                     if (!kv) x[t * D + j] += 0.7 * (double)(j % 5) - 1.2;
-                    if (t == 1 || (!kv && j == 3 && t < (g ? g : T))) x[t * D + j] = 0.0;
+                    if (kv && !kivi) x[t * D + j] += 0.9 * (double)(j % 3) - 0.6;   /* offsets in V too */
+                    if (t == 1 || ((!kv || !kivi) && j == 3 && t < (g ? g : T))) x[t * D + j] = 0.0;
                 }
             StoreTensor *st = kv ? &c->V[i] : &c->K[i];
             store_alloc(st, kv ? vf : kf, T, D);
@@ -356,14 +358,16 @@ static double max_err(const float *o, const KCase *c)
 
 /* One KIVI case: every implementation vs. double, fused vs. ref; with `more`: threads 1 / 2 bit-identical, the
  * key-side mode, and the keys-only cache (V = NULL) in DECODE_KEYS mode. */
-static void run_kivi(int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t T, size_t D, size_t Tr,
-                     const char *rname, int more)
+static void run_intn(const char *what, StoreFormat kf, StoreFormat vf, size_t L, size_t Hkv, size_t G, size_t T,
+                     size_t D, size_t Tr, const char *rname, int more)
 {
     KCase c;
-    kcase_init(&c, bits, g, L, Hkv, G, T, D, Tr, rname, 7000 + (uint64_t)bits + T + D + Tr + g);
+    kcase_init(&c, kf, vf, L, Hkv, G, T, D, Tr, rname,
+               7000 + (uint64_t)kf.bits + T + D + Tr + kf.group + 100 * (uint64_t)(kf.axis + 2 * vf.axis + 4 * kf.asym));
     size_t n = L * Hkv * G * D;
-    char tag[128], name[200], why[256];
-    snprintf(tag, sizeof tag, "kivi%d-g%zu-T%zu-D%zu-G%zu-Tr%zu%s%s", bits, g, T, D, G, Tr, Tr ? "-" : "", Tr ? rname : "");
+    char tag[160], name[240], why[256];
+    snprintf(tag, sizeof tag, "%s%d-g%zu-T%zu-D%zu-G%zu-Tr%zu%s%s", what, kf.bits, kf.group, T, D, G, Tr, Tr ? "-" : "",
+             Tr ? rname : "");
     float *o[3];
     for (int impl = 0; impl < 3; impl++) {
         o[impl] = krun(&c, (DecodeImpl)impl, 1, DECODE_FULL, 0);
@@ -404,6 +408,57 @@ static void run_kivi(int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t 
     kcase_free(&c);
 }
 
+static void run_kivi(int bits, size_t g, size_t L, size_t Hkv, size_t G, size_t T, size_t D, size_t Tr,
+                     const char *rname, int more)
+{
+    run_intn("kivi", store_intn_format(bits, 1, STORE_AXIS_CHANNEL, g, STORE_SCALE_F16),
+             store_intn_format(bits, 1, STORE_AXIS_TOKEN, g, STORE_SCALE_F16), L, Hkv, G, T, D, Tr, rname, more);
+}
+
+/* The method library's other intN shapes: keys and values with the same axis (keys per token: groups along the
+ * row; values per channel: groups along the column), symmetric and asymmetric, FP16 and FP32 parameters. */
+static void run_shape(int bits, int asym, StoreAxis kaxis, StoreAxis vaxis, StoreScaleType st, size_t g, size_t G,
+                      size_t T, size_t D, int more)
+{
+    char what[64];
+    snprintf(what, sizeof what, "intn-k%s-v%s-%s-%s-", kaxis == STORE_AXIS_TOKEN ? "tok" : "ch",
+             vaxis == STORE_AXIS_TOKEN ? "tok" : "ch", asym ? "asym" : "sym", st == STORE_SCALE_F32 ? "f32" : "f16");
+    run_intn(what, store_intn_format(bits, asym, kaxis, g, st), store_intn_format(bits, asym, vaxis, g, st), 1, 2, G, T,
+             D, 0, "", more);
+}
+
+static void intn_tests(void)
+{
+    static const int bits[] = {2, 4, 8};
+    for (int b = 0; b < 3; b++)
+        for (int asym = 0; asym < 2; asym++)
+            for (int st = 0; st < 2; st++) {
+                StoreScaleType sc = st ? STORE_SCALE_F32 : STORE_SCALE_F16;
+                /* the new shapes: keys per token, values per channel */
+                run_shape(bits[b], asym, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, sc, 32, 4, 2100, 128, b == 1);
+                run_shape(bits[b], asym, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, sc, 8, 1, 77, 64, 0);
+                run_shape(bits[b], asym, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, sc, 0, 3, 300, 256, 0);
+                run_shape(bits[b], asym, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, sc, 32, 2, 1, 64, 0);
+                /* KIVI's axes, symmetric or FP32 */
+                if (!asym || st) run_shape(bits[b], asym, STORE_AXIS_CHANNEL, STORE_AXIS_TOKEN, sc, 32, 4, 2100, 128, 0);
+                /* both per token, both per channel */
+                run_shape(bits[b], asym, STORE_AXIS_TOKEN, STORE_AXIS_TOKEN, sc, 16, 1, 300, 128, 0);
+                run_shape(bits[b], asym, STORE_AXIS_CHANNEL, STORE_AXIS_CHANNEL, sc, 8, 2, 301, 64, 0);
+            }
+    /* groups that are not a multiple of a 16 / 32-column unit (4 / 2 bits: 8 natural columns at a time), a
+     * W not a multiple of the unit, GQA 4 with threads, one group per row with W % 16 != 0 */
+    run_shape(4, 1, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 8, 4, 2300, 128, 1);
+    run_shape(2, 0, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F32, 16, 4, 4100, 128, 1);
+    run_shape(2, 1, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 24, 2, 90, 72, 0);
+    run_shape(4, 0, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 0, 5, 130, 72, 0);
+    run_shape(8, 1, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F32, 40, 2, 2049, 120, 0);
+    /* still the tile path: 3 and 5 bits, groups of 12, W % 8 != 0 */
+    run_shape(3, 1, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 32, 2, 300, 128, 0);
+    run_shape(5, 0, STORE_AXIS_CHANNEL, STORE_AXIS_TOKEN, STORE_SCALE_F32, 32, 2, 300, 128, 0);
+    run_shape(4, 1, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 12, 2, 300, 128, 0);
+    run_shape(4, 0, STORE_AXIS_TOKEN, STORE_AXIS_CHANNEL, STORE_SCALE_F16, 8, 2, 100, 44, 0);
+}
+
 static void kivi_tests(void)
 {
     static const int bits[] = {2, 4, 8};
@@ -435,7 +490,8 @@ static void kivi_tests(void)
     run_kivi(8, 32, 1, 1, 1, 1, 128, 2050, "f16", 1);
     /* bad input: a residual without tensors, a residual of the wrong shape, Vr without V */
     KCase c;
-    kcase_init(&c, 4, 32, 1, 1, 1, 40, 64, 10, "f16", 1);
+    kcase_init(&c, store_intn_format(4, 1, STORE_AXIS_CHANNEL, 32, STORE_SCALE_F16),
+               store_intn_format(4, 1, STORE_AXIS_TOKEN, 32, STORE_SCALE_F16), 1, 1, 1, 40, 64, 10, "f16", 1);
     DecodeCache dc = kcache(&c, 0);
     dc.Kr = NULL;
     check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "residual"), "decode-rejects-residual-without-kr",
@@ -534,6 +590,7 @@ int main(void)
     check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());
     case_free(&c);
     kivi_tests();
+    intn_tests();
     printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
            decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
     return failures ? 1 : 0;

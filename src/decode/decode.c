@@ -111,25 +111,29 @@ static KRows rows_of(const StoreTensor *st)
     return r;
 }
 
-/* KIVI's quantized form (kernels_kivi.h) with the scale axis `axis`: fills r and returns 1 when the KIVI
- * kernels read st (asymmetric intN, 2 / 4 / 8 bits, FP16 parameters, W % 8 == 0, groups of a multiple of 8
- * or one group), else 0. */
-static int kivi_rows(KiviRows *r, const StoreTensor *st, StoreAxis axis)
+/* A grouped integer tensor the intN kernels (kernels_kivi.h) read: fills r and returns 1 for STORE_INTN, full
+ * rank, 2 / 4 / 8 bits, symmetric or asymmetric, FP16 or FP32 parameters, groups along either axis, W % 8 == 0 and
+ * groups of a multiple of 8 (or one group per row / column); else 0 (the generic tile path). */
+static int kivi_rows(KiviRows *r, const StoreTensor *st)
 {
     StoreFormat f = st->fmt;
-    if (f.type != STORE_INTN || !f.asym || f.rank || f.axis != axis || f.scale_type != STORE_SCALE_F16 ||
-        (f.bits != 2 && f.bits != 4 && f.bits != 8) || st->W % 8 != 0 || !st->params)
+    if (f.type != STORE_INTN || f.rank || (f.bits != 2 && f.bits != 4 && f.bits != 8) || st->W % 8 != 0 ||
+        !st->params || (f.scale_type != STORE_SCALE_F16 && f.scale_type != STORE_SCALE_F32) ||
+        (f.axis != STORE_AXIS_TOKEN && f.axis != STORE_AXIS_CHANNEL))
         return 0;
-    size_t ext = axis == STORE_AXIS_TOKEN ? st->W : st->T, g = f.group && f.group < ext ? f.group : ext;
+    size_t ext = f.axis == STORE_AXIS_TOKEN ? st->W : st->T, g = f.group && f.group < ext ? f.group : ext;
     if (g != ext && g % 8 != 0) return 0;
+    size_t pb = f.scale_type == STORE_SCALE_F32 ? 4 : 2;
     r->codes = st->codes;
     r->row_bytes = st->W * (size_t)f.bits / 8;
     r->W = st->W;
     r->bits = f.bits;
+    r->axis = f.axis;
     r->g = g;
-    r->per = axis == STORE_AXIS_TOKEN ? (st->W + g - 1) / g : st->W;
-    r->scale = (const uint16_t *)(const void *)st->params;
-    r->min = r->scale + st->n_groups;
+    r->per = f.axis == STORE_AXIS_TOKEN ? (st->W + g - 1) / g : st->W;
+    r->scale = st->params;
+    r->min = f.asym ? st->params + st->n_groups * pb : NULL;
+    r->f32 = f.scale_type == STORE_SCALE_F32;
     return 1;
 }
 
@@ -225,8 +229,8 @@ static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const 
         d->ks->col_order(sg->permV, sg->Vk[0].fmt.type, sg->WV);
     }
     sg->qp = xmalloc(n_q * sg->WK * sizeof *sg->qp);
-    sg->kivi_k = kivi_rows(&kr, &sg->Kk[0], STORE_AXIS_CHANNEL);
-    sg->kivi_v = V && kivi_rows(&kr, &sg->Vk[0], STORE_AXIS_TOKEN);
+    sg->kivi_k = kivi_rows(&kr, &sg->Kk[0]);
+    sg->kivi_v = V && kivi_rows(&kr, &sg->Vk[0]);
     if (sg->kivi_k) {   /* natural order, no factor: the KIVI kernels read codes as they are stored */
         for (size_t p = 0; p < sg->WK; p++) sg->permK[p] = p;
     }
@@ -426,7 +430,7 @@ static void block_item(void *arg, size_t item, int tid)
     const float *qp = sg->qp + q0 * WK;
     if (sg->kivi_k) {
         KiviRows kr;
-        kivi_rows(&kr, K, STORE_AXIS_CHANNEL);
+        kivi_rows(&kr, K);
         d->kk->scores(S, DECODE_BLOCK, qp, G, &kr, t0, n, d->kscr[tid]);
     } else if (!sg->tile_k) {
         KRows kr = rows_of(K);
@@ -456,7 +460,7 @@ static void block_item(void *arg, size_t item, int tid)
     memset(acc, 0, G * WV * sizeof *acc);
     if (sg->kivi_v) {
         KiviRows vr;
-        kivi_rows(&vr, V, STORE_AXIS_TOKEN);
+        kivi_rows(&vr, V);
         d->kk->vacc(acc, S, DECODE_BLOCK, G, &vr, t0, n, d->kscr[tid]);
     } else if (!sg->tile_v) {
         KRows vr = rows_of(V);

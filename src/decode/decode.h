@@ -18,14 +18,17 @@
  *     over the R stored coefficients. Low-rank values: the R-dim weighted sum times B at the end.
  *   - An evicted cache is a cache with fewer tokens: pass the compacted kept rows.
  *   - Fused kernels exist for f32, f16, bf16, e4m3, e5m2, int8/int4/int2, the ggml types q8_0/q4_0/q4_1/
- *     q5_0/q5_1/iq4_nl (kernels_ggml.h for the last four), and for KIVI's quantized form
- *     (src/decode/kernels_kivi.h): intN, asymmetric, 2 / 4 / 8 bits, FP16 scales and mins,
- *     keys per channel in groups of g tokens, values per token in groups of g channels, with W % 8 == 0 and
- *     g % 8 == 0 (or one group per column / row; groups may cross blocks, the last may be shorter). Keys:
- *     per token group q'_j = q_j s_Gj and c_G = q . m_G once, then s_t = q' . n_t + c_G; values:
- *     acc_j += p_t (s_tk n_tj + m_tk), the AVX2 kernel with centred codes (kernels_kivi_avx2.c).
- *     Any other stored format (the method library's other intN shapes) is decoded through small tiles of
- *     up to 256 rows dequantized with store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
+ *     q5_0/q5_1/iq4_nl (kernels_ggml.h for the last four), and for the grouped intN format (KIVI's and the
+ *     method library's; src/decode/kernels_kivi.h): 2 / 4 / 8 bits, symmetric or asymmetric, FP16 or FP32
+ *     scales and mins, groups along either axis, with W % 8 == 0 and g % 8 == 0 (or one group per column / row;
+ *     groups may cross blocks, the last may be shorter). Keys per channel (groups of g tokens): per token group
+ *     q'_j = q_j s_Gj and c_G = q . m_G once, then s_t = q' . n_t + c_G; keys per token (groups of g channels):
+ *     each vector of codes becomes its values n s_tk + m_tk by one FMA, then s_t = q . k_t;
+ *     values per token: acc_j += p_t (s_tk n_tj + m_tk); values per channel (groups of g tokens): per token
+ *     group y = sum_t p_t (n_t - C), then acc += s_G y + (m_G + C s_G) sum_t p_t. Symmetric is the asymmetric
+ *     form with m = -2^(b-1) s. Any other stored format (intN with 3 / 5 / 6 / 7 bits, other group sizes,
+ *     W % 8 != 0, low-rank intN coefficients) is decoded through small tiles of up to 256 rows dequantized with
+ *     store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
  * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens); each item computes the
  * block's scores, its max m_b, p = exp(s - m_b), l_b = sum p and acc_b = sum p v in float32, written to its
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
@@ -40,9 +43,10 @@
  *
  * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
- * factors before the two are added, in double). KIVI: q' and c_G rounded to float32 once per token group;
+ * factors before the two are added, in double). intN: q' and c_G rounded to float32 once per token group;
  * the AVX2 value kernel sums s (n - C) per tile of 8 tokens (C = (2^b - 1) / 2) and the midpoints m + C s
- * per group, so that sum p s n and sum p m (each far larger than their sum) do not cancel in float32.
+ * per group, so that sum p s n and sum p m (each far larger than their sum) do not cancel in float32; values
+ * per channel centre the codes the same way (C = 2^(b-1) symmetric, (2^b - 1) / 2 asymmetric).
  * Against attention over the dequantized cache in double (attn_forward), the relative error of the
  * output is below DECODE_TOL for every format (tests/test_decode.c; kvc bench reports it).
  *

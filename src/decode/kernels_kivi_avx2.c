@@ -1,4 +1,4 @@
-/* kernels_kivi_avx2: the KIVI kernels (see kernels_kivi.h) with AVX2 + FMA + F16C intrinsics. This file alone
+/* kernels_kivi_avx2: the grouped intN (KIVI) kernels (see kernels_kivi.h) with AVX2 + FMA + F16C intrinsics. This file alone
  * is compiled with -mavx2 -mfma -mf16c (like kernels_avx2.c); decode.c calls it only after cpuid and xgetbv say
  * the CPU and OS have all three. Its scalar twins are in kernels_kivi_ref.c.
  *
@@ -14,6 +14,11 @@
  * centring); the midpoints' share sum_t p_t (m + C s) is kept per group and added once per call, with the
  * kernel-order accumulators taken back to natural order. The weights of a tile are computed 8 at a time when
  * the groups per row divide 8 (permutevar of the 8 weights p), else in scalar code.
+ * Keys per token (groups of g channels along the row): as the key tiles above, each code vector first made its
+ * values by one FMA with the row's group scale and min (converted to float for 32 rows at a time).
+ * Values per channel (groups of g tokens along the column): the value tile with one weight p per row (centred,
+ * per token group), folded per token group with the group's scales and midpoints (kernel order).
+ * Parameters are FP16 or FP32; a symmetric format's min is -2^(b-1) s.
  * The summation order depends only on W, g, n and G, never on the thread count.
  */
 #include "decode/kernels_kivi.h"
@@ -96,6 +101,34 @@ INLINE __m256 cvt8(const int B, const int CEN, const uint8_t *row, size_t j, __m
 }
 
 INLINE __m256 h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+/* Parameters (store.h's group order) as floats: FP16 or FP32, the min of a symmetric format -2^(b-1) s. */
+INLINE __m256 par8(const KiviRows *r, const void *base, size_t i)
+{
+    return r->f32 ? _mm256_loadu_ps((const float *)base + i) : h8((const uint16_t *)base + i);
+}
+INLINE __m256 scale8(const KiviRows *r, size_t i) { return par8(r, r->scale, i); }
+INLINE __m256 min8(const KiviRows *r, size_t i)
+{
+    return r->min ? par8(r, r->min, i) : _mm256_mul_ps(_mm256_set1_ps(-(float)(1 << (r->bits - 1))), scale8(r, i));
+}
+INLINE float scale1(const KiviRows *r, size_t i)
+{
+    return r->f32 ? ((const float *)r->scale)[i] : _cvtsh_ss(((const uint16_t *)r->scale)[i]);
+}
+INLINE float min1(const KiviRows *r, size_t i)
+{
+    if (!r->min) return -(float)(1 << (r->bits - 1)) * scale1(r, i);
+    return r->f32 ? ((const float *)r->min)[i] : _cvtsh_ss(((const uint16_t *)r->min)[i]);
+}
+/* The same with P = 1 known at compile time to mean FP16 scales and mins (KIVI's own form: no branches in the
+ * hot loops); P = 0 reads the KiviRows flags. */
+#define SCALE8(P, r, i) ((P) ? h8((const uint16_t *)(r)->scale + (i)) : scale8(r, i))
+#define MIN8(P, r, i) ((P) ? h8((const uint16_t *)(r)->min + (i)) : min8(r, i))
+#define SCALE1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->scale)[i]) : scale1(r, i))
+#define MIN1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->min)[i]) : min1(r, i))
+/* Bytes of one parameter. */
+INLINE size_t par_bytes(const KiviRows *r) { return r->f32 ? 4 : 2; }
 
 INLINE float hsum(__m256 v)
 {
@@ -205,7 +238,7 @@ INLINE void to_kernel_order(const int B, float *o, const float *x, size_t W)
     memcpy(o + nfu * U, x + nfu * U, (W - nfu * U) * sizeof *o);
 }
 
-INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
+INLINE void kivi_scores_b(const int B, const int P, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
                           size_t n, float *scr)
 {
     const size_t W = k->W, g = k->g, nu = W / 8;
@@ -213,24 +246,24 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
     for (size_t i = 0; i < n;) {
         size_t t = t0 + i, grp = t / g, end = (grp + 1) * g - t0;
         if (end > n) end = n;
-        const uint16_t *sc = k->scale + grp * k->per, *mn = k->min + grp * k->per;
-        prefetch_range((const uint8_t *)(sc + 2 * k->per), 2 * W);   /* the group after next */
-        prefetch_range((const uint8_t *)(mn + 2 * k->per), 2 * W);
+        const size_t p0 = grp * k->per, pb = par_bytes(k);
+        prefetch_range((const uint8_t *)k->scale + (p0 + 2 * k->per) * pb, pb * W);   /* the group after next */
+        if (k->min) prefetch_range((const uint8_t *)k->min + (p0 + 2 * k->per) * pb, pb * W);
         for (size_t h = 0; h < G; h++) {   /* q' = q * s, c = q . m */
             const float *qh = q + h * W;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0;
             size_t u = 0;
             for (; u + 2 <= nu; u += 2) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u), x1 = _mm256_loadu_ps(qh + 8 * u + 8);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, h8(sc + 8 * u + 8)));
-                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
-                a1 = _mm256_fmadd_ps(x1, h8(mn + 8 * u + 8), a1);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, SCALE8(P, k, p0 + 8 * u)));
+                _mm256_storeu_ps(tmp + 8 * u + 8, _mm256_mul_ps(x1, SCALE8(P, k, p0 + 8 * u + 8)));
+                a0 = _mm256_fmadd_ps(x0, MIN8(P, k, p0 + 8 * u), a0);
+                a1 = _mm256_fmadd_ps(x1, MIN8(P, k, p0 + 8 * u + 8), a1);
             }
             for (; u < nu; u++) {
                 __m256 x0 = _mm256_loadu_ps(qh + 8 * u);
-                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, h8(sc + 8 * u)));
-                a0 = _mm256_fmadd_ps(x0, h8(mn + 8 * u), a0);
+                _mm256_storeu_ps(tmp + 8 * u, _mm256_mul_ps(x0, SCALE8(P, k, p0 + 8 * u)));
+                a0 = _mm256_fmadd_ps(x0, MIN8(P, k, p0 + 8 * u), a0);
             }
             c[h] = hsum(_mm256_add_ps(a0, a1));
             to_kernel_order(B, qs + h * W, tmp, W);
@@ -252,12 +285,32 @@ INLINE void kivi_scores_b(const int B, float *s, size_t ls, const float *q, size
     }
 }
 
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+                         float *scr);
+
+/* One function per bit width and parameter form (each its own code, not one large function). */
+#define KSCORES(B, P)                                                                                               \
+    static __attribute__((noinline)) void kscores_##B##_##P(float *s, size_t ls, const float *q, size_t G,            \
+                                                            const KiviRows *k, size_t t0, size_t n, float *scr)      \
+    {                                                                                                               \
+        kivi_scores_b(B, P, s, ls, q, G, k, t0, n, scr);                                                            \
+    }
+KSCORES(2, 0)
+KSCORES(4, 0)
+KSCORES(8, 0)
+KSCORES(2, 1)
+KSCORES(4, 1)
+KSCORES(8, 1)
+
 static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
                              float *scr)
 {
-    if (k->bits == 4) kivi_scores_b(4, s, ls, q, G, k, t0, n, scr);
-    else if (k->bits == 2) kivi_scores_b(2, s, ls, q, G, k, t0, n, scr);
-    else kivi_scores_b(8, s, ls, q, G, k, t0, n, scr);
+    if (k->axis == STORE_AXIS_TOKEN) {
+        scores_token(s, ls, q, G, k, t0, n, scr);
+        return;
+    }
+    static const KiviScoresFn fn[2][3] = {{kscores_2_0, kscores_4_0, kscores_8_0}, {kscores_2_1, kscores_4_1, kscores_8_1}};
+    fn[!k->f32 && k->min][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
 }
 
 /* ---- values -------------------------------------------------------------------------------------------------- */
@@ -322,7 +375,7 @@ INLINE void val_tile(const int B, const int GC, const int KO, const int R, float
 
 /* The weights of rows i .. i+nr (nr <= VR) for GC heads, scalar: wt, wc (see val_tile) and msum[h*per + k] +=
  * sum_r p * (m + C s), the midpoints' share. */
-INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
+INLINE void val_weights_scalar(const int B, const int P, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
                                const KiviRows *v, size_t t, size_t i, size_t nr)
 {
     const size_t per = v->per;
@@ -331,7 +384,7 @@ INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, 
         for (size_t k = 0; k < per; k++) {
             float ws = 0.0f;
             for (size_t r = 0; r < nr; r++) {
-                float sc = _cvtsh_ss(v->scale[(t + r) * per + k]), mid = _cvtsh_ss(v->min[(t + r) * per + k]) + cen * sc;
+                float sc = SCALE1(P, v, (t + r) * per + k), mid = MIN1(P, v, (t + r) * per + k) + cen * sc;
                 float ph = p[h * lp + i + r], w = ph * sc;
                 wt[(h * VR + r) * per + k] = w;
                 ws += w;
@@ -344,16 +397,15 @@ INLINE void val_weights_scalar(const int B, const int GC, float *wt, float *wc, 
 /* The same for a full tile of VR rows when per divides 8: the tile's per * VR FP16 scales and mins are
  * contiguous; lane e of a vector is row e / per, group e % per (pidx: e / per, precomputed). msv[h] collects
  * p * mid per lane (folded by group at the end). */
-INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
+INLINE void val_weights_vec(const int B, const int P, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
                             const KiviRows *v, size_t t, size_t i, const int32_t *pidx)
 {
     const size_t per = v->per, ne = VR * per;
     const __m256 cen = _mm256_set1_ps(CENTRE(B));
-    const uint16_t *sc = v->scale + t * per, *mn = v->min + t * per;
     UNROLL for (int h = 0; h < GC; h++) {
         __m256 p8 = _mm256_loadu_ps(p + (size_t)h * lp + i), ws = _mm256_setzero_ps();
         for (size_t e = 0; e < ne; e += 8) {
-            __m256 sv = h8(sc + e), mid = _mm256_fmadd_ps(cen, sv, h8(mn + e));
+            __m256 sv = SCALE8(P, v, t * per + e), mid = _mm256_fmadd_ps(cen, sv, MIN8(P, v, t * per + e));
             __m256 pp = _mm256_permutevar8x32_ps(p8, _mm256_loadu_si256((const __m256i *)(const void *)(pidx + e)));
             __m256 w = _mm256_mul_ps(pp, sv);
             _mm256_storeu_ps(wt + (size_t)h * ne + e, w);
@@ -372,7 +424,7 @@ INLINE void val_weights_vec(const int B, const int GC, float *wt, float *wc, __m
 
 /* GC heads (acc, p at the first of them). Scratch: ak (GC, W) kernel-order accumulators, msum (GC, per), wc
  * (GC, per), wt (GC, VR, per), pidx (8 per). */
-INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
+INLINE void val_heads(const int B, const int P, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
                       size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W, g = v->g, per = v->per, rb = v->row_bytes;
@@ -389,14 +441,14 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
         size_t t = t0 + i;
         const uint8_t *base = v->codes + t * rb;
         prefetch_range(base + PF_AHEAD, VR * rb);
-        _mm_prefetch((const char *)(v->scale + (t + 64) * per), _MM_HINT_T0);   /* the parameter streams */
-        _mm_prefetch((const char *)(v->min + (t + 64) * per), _MM_HINT_T0);
-        if (vec) val_weights_vec(B, GC, wt, wc, msv, p, lp, v, t, i, pidx);
-        else val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t, i, VR);
+        _mm_prefetch((const char *)v->scale + (t + 64) * per * par_bytes(v), _MM_HINT_T0);   /* the parameter streams */
+        if (v->min) _mm_prefetch((const char *)v->min + (t + 64) * per * par_bytes(v), _MM_HINT_T0);
+        if (vec) val_weights_vec(B, P, GC, wt, wc, msv, p, lp, v, t, i, pidx);
+        else val_weights_scalar(B, P, GC, wt, wc, msum, p, lp, v, t, i, VR);
         val_tile(B, GC, KO, VR, ak, wt, wc, W, g, per, base, rb);
     }
     for (; i < n; i++) {
-        val_weights_scalar(B, GC, wt, wc, msum, p, lp, v, t0 + i, i, 1);
+        val_weights_scalar(B, P, GC, wt, wc, msum, p, lp, v, t0 + i, i, 1);
         val_tile(B, GC, KO, 1, ak, wt, wc, W, g, per, v->codes + (t0 + i) * rb, rb);
     }
     UNROLL for (int h = 0; h < GC; h++) {   /* back to natural order, plus the midpoints' share */
@@ -413,33 +465,291 @@ INLINE void val_heads(const int B, const int GC, const int KO, float *acc, const
     }
 }
 
-INLINE void kivi_vacc_b(const int B, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
+INLINE void kivi_vacc_b(const int B, const int P, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
                         size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W;
     for (size_t h = 0; h < G;) {   /* heads in groups of 4 (not 2 bits: GC * NV <= 8 accumulators), 2, 1 */
         size_t left = G - h;
         if (left >= 4 && B != 2) {
-            val_heads(B, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 4;
         } else if (left >= 2) {
-            val_heads(B, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 2;
         } else {
-            val_heads(B, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            val_heads(B, P, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
             h += 1;
         }
     }
 }
 
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+                         float *scr);
+
+#define KVACC(B, P, KO)                                                                                             \
+    static __attribute__((noinline)) void kvacc_##B##_##P##_##KO(float *acc, const float *p, size_t lp, size_t G,     \
+                                                                 const KiviRows *v, size_t t0, size_t n, float *scr) \
+    {                                                                                                               \
+        kivi_vacc_b(B, P, KO, acc, p, lp, G, v, t0, n, scr);                                                        \
+    }
+KVACC(2, 0, 0)
+KVACC(4, 0, 0)
+KVACC(2, 0, 1)
+KVACC(4, 0, 1)
+KVACC(8, 0, 1)
+KVACC(2, 1, 0)
+KVACC(4, 1, 0)
+KVACC(2, 1, 1)
+KVACC(4, 1, 1)
+KVACC(8, 1, 1)
+
 static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
                            float *scr)
 {
+    if (v->axis == STORE_AXIS_CHANNEL) {
+        vacc_channel(acc, p, lp, G, v, t0, n, scr);
+        return;
+    }
     /* kernel-order units need every unit inside one group */
     int ko = v->g % U_OF(v->bits) == 0 || v->g == v->W;
-    if (v->bits == 4) ko ? kivi_vacc_b(4, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(4, 0, acc, p, lp, G, v, t0, n, scr);
-    else if (v->bits == 2) ko ? kivi_vacc_b(2, 1, acc, p, lp, G, v, t0, n, scr) : kivi_vacc_b(2, 0, acc, p, lp, G, v, t0, n, scr);
-    else kivi_vacc_b(8, 1, acc, p, lp, G, v, t0, n, scr);
+    static const KiviVaccFn fn[2][2][3] = {
+        {{kvacc_2_0_0, kvacc_4_0_0, kvacc_8_0_1}, {kvacc_2_0_1, kvacc_4_0_1, kvacc_8_0_1}},
+        {{kvacc_2_1_0, kvacc_4_1_0, kvacc_8_1_1}, {kvacc_2_1_1, kvacc_4_1_1, kvacc_8_1_1}}};
+    fn[!v->f32 && v->min][ko][v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
+}
+
+/* ---- keys with groups along the row, values with groups along the column (the method library's shapes) ------ */
+
+/* The centre of the codes: symmetric 2^(B-1) (then the midpoint m + C s is 0: value = s (n - C)), asymmetric
+ * (2^B - 1) / 2. */
+INLINE float centre_of(const KiviRows *r)
+{
+    return r->min ? (float)((1 << r->bits) - 1) * 0.5f : (float)(1 << (r->bits - 1));
+}
+
+/* dst[c] = parameter i0 + c, c < cnt: the scale (what 0), the min (1) or the midpoint m + C s (2). */
+static void params_f32(float *dst, const KiviRows *r, size_t i0, size_t cnt, int what)
+{
+    const float cen = centre_of(r);
+    size_t c = 0;
+    for (; c + 8 <= cnt; c += 8)
+        _mm256_storeu_ps(dst + c, what == 0   ? scale8(r, i0 + c)
+                                  : what == 1 ? min8(r, i0 + c)
+                                              : _mm256_fmadd_ps(_mm256_set1_ps(cen), scale8(r, i0 + c), min8(r, i0 + c)));
+    for (; c < cnt; c++)
+        dst[c] = what == 0 ? scale1(r, i0 + c) : what == 1 ? min1(r, i0 + c) : min1(r, i0 + c) + cen * scale1(r, i0 + c);
+}
+
+/* R rows of keys with g channels per group (axis token) for GC heads (R * GC <= 8), as key_tile but each code
+ * vector is first turned into its values n s + m (one FMA with the row's group scale sf[r*per + k] and min
+ * mf[r*per + k], shared by the GC heads): out[r*GC + h] = q_h . value(row r). The exact values are summed, so
+ * nothing cancels. KO: full units in kernel order (g % U == 0 or one group); else 8 natural columns at a time. */
+INLINE void keyt_tile(const int B, const int GC, const int R, const int KO, float *out, const float *qs,
+                      const float *sf, const float *mf, size_t W, size_t g, size_t per, const uint8_t *base, size_t rb)
+{
+    const size_t U = U_OF(B);
+    const int NV = NV_OF(B), A = 8 / (R * GC) >= 2 ? 2 : 1;
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 a[8];
+    UNROLL for (int m = 0; m < 8; m++) a[m] = zero;
+    for (size_t k = 0, c = 0; k < per; k++) {
+        const size_t ce = (k + 1) * g < W ? (k + 1) * g : W;
+        if (KO)
+            for (; c + U <= ce; c += U)
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m256 sv = _mm256_broadcast_ss(sf + (size_t)r * per + k);
+                    const __m256 mv = _mm256_broadcast_ss(mf + (size_t)r * per + k);
+                    __m256 x[4];
+                    cvt_unit(B, 0, base + (size_t)r * rb + c * (size_t)B / 8, x, zero);
+                    UNROLL for (int v = 0; v < NV; v++) x[v] = _mm256_fmadd_ps(x[v], sv, mv);
+                    UNROLL for (int h = 0; h < GC; h++)
+                        UNROLL for (int v = 0; v < NV; v++) {
+                            const int ai = (r * GC + h) * A + v % A;
+                            a[ai] = _mm256_fmadd_ps(x[v], _mm256_loadu_ps(qs + (size_t)h * W + c + 8 * (size_t)v), a[ai]);
+                        }
+                }
+        for (; c < ce; c += 8)
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256 x = cvt8(B, 0, base + (size_t)r * rb, c, zero);
+                x = _mm256_fmadd_ps(x, _mm256_broadcast_ss(sf + (size_t)r * per + k), _mm256_broadcast_ss(mf + (size_t)r * per + k));
+                UNROLL for (int h = 0; h < GC; h++)
+                    a[(r * GC + h) * A] = _mm256_fmadd_ps(x, _mm256_loadu_ps(qs + (size_t)h * W + c), a[(r * GC + h) * A]);
+            }
+    }
+    if (A == 2)
+        UNROLL for (int m = 0; m < R * GC; m++) a[m] = _mm256_add_ps(a[2 * m], a[2 * m + 1]);
+    UNROLL for (int m = R * GC; m < 8; m++) a[m] = zero;
+    reduce8(a, out);
+}
+
+enum { KT_CHUNK = 32 };   /* rows whose parameters keyt_rows converts at a time */
+
+/* Rows 0 .. n for GC heads: qs the prepared queries (kernel order when KO); sf, mf scratch (KT_CHUNK * per): the
+ * scales and mins of a chunk of rows, converted at once. */
+INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t ls, const float *qs, float *sf,
+                      float *mf, const KiviRows *k, size_t t0, size_t n)
+{
+    const int R = KR_OF(B, GC);
+    const size_t W = k->W, rb = k->row_bytes, per = k->per;
+    float out[8];
+    for (size_t c0 = 0; c0 < n; c0 += KT_CHUNK) {
+        const size_t ce = n - c0 < KT_CHUNK ? n : c0 + KT_CHUNK;
+        params_f32(sf, k, (t0 + c0) * per, (ce - c0) * per, 0);
+        params_f32(mf, k, (t0 + c0) * per, (ce - c0) * per, 1);
+        size_t i = c0;
+        for (; i + (size_t)R <= ce; i += (size_t)R) {
+            const uint8_t *base = k->codes + (t0 + i) * rb;
+            prefetch_range(base + PF_AHEAD, (size_t)R * rb);
+            keyt_tile(B, GC, R, KO, out, qs, sf + (i - c0) * per, mf + (i - c0) * per, W, k->g, per, base, rb);
+            UNROLL for (int r = 0; r < R; r++)
+                UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i + (size_t)r] = out[r * GC + h];
+        }
+        for (; i < ce; i++) {
+            keyt_tile(B, GC, 1, KO, out, qs, sf + (i - c0) * per, mf + (i - c0) * per, W, k->g, per,
+                      k->codes + (t0 + i) * rb, rb);
+            UNROLL for (int h = 0; h < GC; h++) s[(size_t)h * ls + i] = out[h];
+        }
+    }
+}
+
+INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const float *q, size_t G, const KiviRows *k,
+                           size_t t0, size_t n, float *scr)
+{
+    const size_t W = k->W, per = k->per;
+    float *qs = scr, *sf = qs + G * W, *mf = sf + KT_CHUNK * per;
+    for (size_t h = 0; h < G; h++) {
+        if (KO) to_kernel_order(B, qs + h * W, q + h * W, W);
+        else memcpy(qs + h * W, q + h * W, W * sizeof *qs);
+    }
+    for (size_t h = 0; h < G;) {
+        size_t left = G - h;
+        if (left >= 4) {
+            keyt_rows(B, 4, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
+            h += 4;
+        } else if (left >= 2) {
+            keyt_rows(B, 2, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
+            h += 2;
+        } else {
+            keyt_rows(B, 1, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
+            h += 1;
+        }
+    }
+}
+
+/* Values with g tokens per group (axis channel), GC heads: per token group the centred sums y_j = sum_t p_t
+ * (n_tj - C) (val_tile with one weight per row) in ak, then ao += s_G y + (m_G + C s_G) sum_t p_t in kernel order;
+ * ao is taken back to natural order at the end. Scratch: ao, ak (GC, W), sk, mk, tmp (W), wt (GC, VR), wc, P (GC). */
+INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, size_t lp, const KiviRows *v, size_t t0,
+                       size_t n, float *scr)
+{
+    const size_t W = v->W, g = v->g, rb = v->row_bytes;
+    float *ao = scr, *ak = ao + (size_t)GC * W, *sk = ak + (size_t)GC * W, *mk = sk + W, *tmp = mk + W;
+    float *wt = tmp + W, *wc = wt + (size_t)GC * VR, *P = wc + GC;
+    const float cen = centre_of(v);
+    memset(ao, 0, (size_t)GC * W * sizeof *ao);
+    for (size_t i = 0; i < n;) {
+        size_t grp = (t0 + i) / g, end = (grp + 1) * g - t0;
+        if (end > n) end = n;
+        memset(ak, 0, (size_t)GC * W * sizeof *ak);
+        UNROLL for (int h = 0; h < GC; h++) P[h] = 0.0f;
+        for (; i < end;) {
+            const size_t R = i + VR <= end ? VR : 1;
+            const uint8_t *base = v->codes + (t0 + i) * rb;
+            UNROLL for (int h = 0; h < GC; h++) {
+                float ws = 0.0f;
+                for (size_t r = 0; r < R; r++) {
+                    float w = p[(size_t)h * lp + i + r];
+                    wt[(size_t)h * VR + r] = w;
+                    ws += w;
+                }
+                wc[h] = cen * ws;
+                P[h] += ws;
+            }
+            if (R == VR) {
+                prefetch_range(base + PF_AHEAD, VR * rb);
+                val_tile(B, GC, 1, VR, ak, wt, wc, W, W, 1, base, rb);
+            } else {
+                val_tile(B, GC, 1, 1, ak, wt, wc, W, W, 1, base, rb);
+            }
+            i += R;
+        }
+        params_f32(tmp, v, grp * W, W, 0);
+        to_kernel_order(B, sk, tmp, W);
+        if (v->min) {
+            params_f32(tmp, v, grp * W, W, 2);
+            to_kernel_order(B, mk, tmp, W);
+        }
+        UNROLL for (int h = 0; h < GC; h++) {
+            float *o = ao + (size_t)h * W;
+            const float *y = ak + (size_t)h * W;
+            const __m256 pv = _mm256_set1_ps(P[h]);
+            for (size_t j = 0; j < W; j += 8) {
+                __m256 a = _mm256_fmadd_ps(_mm256_loadu_ps(sk + j), _mm256_loadu_ps(y + j), _mm256_loadu_ps(o + j));
+                if (v->min) a = _mm256_fmadd_ps(_mm256_loadu_ps(mk + j), pv, a);
+                _mm256_storeu_ps(o + j, a);
+            }
+        }
+    }
+    UNROLL for (int h = 0; h < GC; h++)
+        for (size_t q = 0; q < W; q++) acc[(size_t)h * W + kpos_col(B, W, q)] += ao[(size_t)h * W + q];
+}
+
+INLINE void vacc_channel_b(const int B, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0,
+                           size_t n, float *scr)
+{
+    const size_t W = v->W;
+    for (size_t h = 0; h < G;) {   /* as kivi_vacc_b: at most 8 accumulator vectors per unit */
+        size_t left = G - h;
+        if (left >= 4 && B != 2) {
+            valc_heads(B, 4, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 4;
+        } else if (left >= 2) {
+            valc_heads(B, 2, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 2;
+        } else {
+            valc_heads(B, 1, acc + h * W, p + h * lp, lp, v, t0, n, scr);
+            h += 1;
+        }
+    }
+}
+
+#define KSCORES_T(B, KO)                                                                                            \
+    static __attribute__((noinline)) void kscores_t_##B##_##KO(float *s, size_t ls, const float *q, size_t G,        \
+                                                               const KiviRows *k, size_t t0, size_t n, float *scr)   \
+    {                                                                                                               \
+        scores_token_b(B, KO, s, ls, q, G, k, t0, n, scr);                                                          \
+    }
+KSCORES_T(2, 0)
+KSCORES_T(2, 1)
+KSCORES_T(4, 0)
+KSCORES_T(4, 1)
+KSCORES_T(8, 1)
+
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+                         float *scr)
+{
+    static const KiviScoresFn fn[2][3] = {{kscores_t_2_0, kscores_t_4_0, kscores_t_8_1},
+                                          {kscores_t_2_1, kscores_t_4_1, kscores_t_8_1}};
+    int ko = k->g % U_OF(k->bits) == 0 || k->g == k->W;
+    fn[ko][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
+}
+
+#define KVACC_C(B)                                                                                                  \
+    static __attribute__((noinline)) void kvacc_c_##B(float *acc, const float *p, size_t lp, size_t G,                \
+                                                      const KiviRows *v, size_t t0, size_t n, float *scr)            \
+    {                                                                                                               \
+        vacc_channel_b(B, acc, p, lp, G, v, t0, n, scr);                                                            \
+    }
+KVACC_C(2)
+KVACC_C(4)
+KVACC_C(8)
+
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+                         float *scr)
+{
+    static const KiviVaccFn fn[3] = {kvacc_c_2, kvacc_c_4, kvacc_c_8};
+    fn[v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
 }
 
 static const KiviKernels kivi_avx2 = {"avx2", kivi_scores_avx2, kivi_vacc_avx2};
