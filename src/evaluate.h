@@ -47,7 +47,9 @@ typedef struct Row {
     unsigned char hide[NCOLS];   /* 1: has a value, but the table leaves the column out (CSV/JSONL keep it) */
     int per_head;                /* 1: a --per-head row for (layer, head); 0: the aggregate over all heads */
     size_t layer, head;          /* KV head */
-    const char *no_timing;       /* timing was asked for but the decode path cannot read the stored form: why */
+    const char *no_timing;       /* timing was asked for but the decode path cannot read the stored form (or
+                                    the timing failed): why; points to a static string or to no_timing_buf */
+    char no_timing_buf[192];
 } Row;
 
 typedef struct Reference {

@@ -51,7 +51,8 @@ static const Command commands[] = {
      "                    JSON strings need quotes: --set experiments.0.axis='\"channel\"'\n"
      "  --format FORMAT   table (default: aligned, 3 decimals), csv (round-trip exact numbers),\n"
      "                    jsonl (one JSON object per row)\n"
-     "  --per-head        one row per (layer, KV head) instead of the aggregate; adds layer, head\n"
+     "  --per-head        one row per (layer, KV head) instead of the aggregate; adds layer, head;\n"
+     "                    no decode timing (a decode step covers every head)\n"
      "  --out FILE        write the rows to FILE instead of stdout, format from --format or the name\n"
      "                    (.csv, .jsonl, .txt); CSV and JSONL rows are appended as they finish (a killed\n"
      "                    run keeps every finished row), a table is written whole at the end\n"
@@ -159,6 +160,7 @@ static int cmd_run(int argc, char **argv)
     char **sets = xcalloc((size_t)argc, sizeof *sets);
     size_t n_sets = 0;
     int rc = EXIT_USAGE, r, per_head = 0, timing = 1;
+    const char *timing_opt = NULL;   /* --threads or --timing-repeat, when given */
     size_t threads = 1, repeat = TIMING_REPEAT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -182,8 +184,10 @@ static int cmd_run(int argc, char **argv)
             timing = 0;
         } else if ((r = opt_value(argc, argv, &i, "--threads", &val)) != 0) {
             if (r < 0 || opt_size(val, "run: --threads", 1, 1024, &threads)) goto usage;
+            timing_opt = "--threads";
         } else if ((r = opt_value(argc, argv, &i, "--timing-repeat", &val)) != 0) {
             if (r < 0 || opt_size(val, "run: --timing-repeat", 1, 100000, &repeat)) goto usage;
+            timing_opt = "--timing-repeat";
         } else if ((r = sweep_option(&so, argc, argv, &i)) != 0) {
             if (r < 0) goto usage;
         } else if (take_config_path("run", argv[i], &path)) {
@@ -192,6 +196,11 @@ static int cmd_run(int argc, char **argv)
     }
     if (!path) {
         kvc_fail("run: missing the config file; usage: kvc run CONFIG.json (got nothing)");
+        goto usage;
+    }
+    if (timing_opt && (!timing || per_head)) {
+        kvc_fail("run: %s sets up the decode timing, which %s turns off; leave one of them out (got both)",
+                 timing_opt, timing ? "--per-head" : "--no-timing");
         goto usage;
     }
 

@@ -177,6 +177,9 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
                               d->V ? DECODE_FULL : DECODE_KEYS);
     timing_cache_free(&c);
     if (rc) return -1;
+    if (!(*ns > 0) || !(ns_base > 0))
+        return kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns and %g ns for FP16)", *ns,
+                        ns_base);
     *speedup = ns_base / *ns;
     return 0;
 }

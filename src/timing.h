@@ -42,7 +42,8 @@ void timing_free(Timing *tm);   /* NULL-safe */
 
 /* Times the stored form f (f->none must be NULL) side by side with the FP16 cache: *ns = the form's median step
  * in nanoseconds, *speedup = FP16 median / *ns. Returns 0, or -1 with kvc_fail set (a form the decode path
- * cannot hold, e.g. a q8_0 row that is not a multiple of 32). */
+ * cannot hold, e.g. a q8_0 row that is not a multiple of 32; threads that cannot start; a median of 0 ns);
+ * kvc run then leaves the cells empty with that message as its note. */
 int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup);
 
 /* The stored form of one (layer, KV head) whose method output is c: the default of methods.h DecodeForm, then

@@ -166,7 +166,7 @@ def main():
     check_config("lesson", "configs/lesson.json", "csv", [], out_option, threads)
     check_config("practice", "configs/practice.json", "jsonl", [], out_option, threads)
     check_config("multi", multi, "csv", [], out_option, threads)
-    check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option, threads)
+    check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option)   # no timing: no --threads
     check_config("lesson-table", "configs/lesson.json", "table", [], False)
     if os.path.exists("configs/sweep-pareto.json"):   # every method family
         check_config("sweep-pareto", "configs/sweep-pareto.json", "csv", [], out_option, threads)

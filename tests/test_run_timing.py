@@ -94,7 +94,7 @@ def main():
         list(objs[0].keys())[-3:] == ["decode_ns", "decode_speedup", "id"]
     report("jsonl-threads-2", None if ok else "exit %d stderr %r first %r" % (rc, err[-200:], objs[:1]))
 
-    rc, out, err = run(["run", path, "--format", "csv", "--per-head", "--timing-repeat", "1"])
+    rc, out, err = run(["run", path, "--format", "csv", "--per-head"])
     ph = rows_of(out) if rc == 0 else []
     report("per-head-rows-untimed", None if rc == 0 and len(ph) == n_rows * 4 and
            all(r[c] == "" for r in ph for c in TIMING) else "exit %d stderr %r" % (rc, err[-200:]))

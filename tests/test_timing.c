@@ -63,7 +63,8 @@ static uint64_t run_method(Compressed *out, Config *cfg, const char *json, const
 typedef struct Case {
     const char *name, *json;
     int values;
-    long extra;          /* bytes the method counts that the decode step does not read (>= 0) */
+    long extra;          /* bytes the method counts that the decode step does not read (negative: the timed cache
+                            holds more, e.g. one low-rank basis per head where joint stores one per layer) */
     StoreType ktype;     /* the type the decode path reads for K (after timing_decode_format) */
     size_t T, Tr, share;
 } Case;
@@ -178,6 +179,15 @@ int main(void)
                                   "\"apply_to\": \"kv\"}, {\"method\": \"ggml\", \"type\": \"q8_0\"}]}", 1, 0, STORE_Q8_0, T, 0, 1},
         {"pipeline_share_kivi", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"share_heads\", \"group\": 2}, "
                                 "{\"method\": \"kivi\", \"residual\": 32}]}", 1, 0, STORE_INTN, T - 32, 32, 2},
+        /* a step after kivi rewrites its FP16 window too; kivi keeping every token in FP16 after a quantizer */
+        {"pipeline_kivi_then_fp8", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"kivi\", \"residual\": 32}, "
+                                   "{\"method\": \"cast\", \"format\": \"fp8_e4m3\"}]}", 1, 0, STORE_E4M3, T, 0, 1},
+        {"pipeline_int4_then_kivi_all_fp16", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"quantize\", \"bits\": 4}, "
+                                             "{\"method\": \"kivi\", \"residual\": 128}]}", 1, 0, STORE_F16, T, 0, 1},
+        /* joint low rank after an eviction: the rank may exceed the kept tokens of one head */
+        {"pipeline_window_lowrank_joint", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", \"budget\": 16}, "
+                                          "{\"method\": \"lowrank\", \"rank\": 32, \"joint\": true}]}", 1, -2 * 32 * D * (H - 1),
+         STORE_F16, 16, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_case(tms, &dv, &dk, &cases[i]);
     none_case(&dv, "outliers", "{\"method\": \"quantize\", \"bits\": 4, \"outliers\": 0.01}", "outlier");
@@ -185,6 +195,8 @@ int main(void)
               "per-token");
     none_case(&dv, "lowrank_then_int3", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"lowrank\", \"rank\": 8}, "
               "{\"method\": \"quantize\", \"bits\": 3}]}", "grouped integer");
+    none_case(&dv, "kivi_then_keys_only_quantizer", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"kivi\", "
+              "\"residual\": 32}, {\"method\": \"quantize\", \"bits\": 8, \"apply_to\": \"k\"}]}", "one tensor only");
     none_case(&dv, "pipeline_energy", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", \"budget\": 40}, "
               "{\"method\": \"lowrank\", \"energy\": 0.5}]}", "energy");
     timing_free(tms[0]);

@@ -92,9 +92,15 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
 {
     (void)d;
     (void)c;
-    if (qprep_no_decode(f, ex)) return;
     size_t R = (size_t)exp_param(ex, "residual");
-    if (f->T <= R) return;   /* every token in FP16 */
+    if (f->T <= R) {   /* every token in FP16 (outliers only ever come from the quantized rows) */
+        StoreFormat h;
+        memset(&h, 0, sizeof h);
+        h.type = STORE_F16;
+        decode_form_set(f, APPLY_KV, h);
+        return;
+    }
+    if (qprep_no_decode(f, ex)) return;
     long sd = exp_param(ex, "scale_dtype");
     StoreScaleType st = sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16;
     size_t g = (size_t)exp_param(ex, "group_size");

@@ -169,7 +169,9 @@ static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, cons
             f->none = "inside a pipeline, lowrank energy picks a rank per head that is not reported";
             return;
         } else {
+            /* joint: one basis from the stacked rows of the layer's stored heads */
             size_t w = x->rank ? x->rank : d->D, rows = f->T;
+            if (exp_param(ex, "joint")) rows *= (d->kv_heads ? d->kv_heads : 1) / (f->share ? f->share : 1);
             r = (size_t)exp_param(ex, "rank");
             if (r > w) r = w;
             if (r > rows) r = rows;

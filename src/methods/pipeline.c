@@ -426,13 +426,26 @@ static void pl_decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, c
 {
     (void)c;
     for (size_t k = 0; k < ex->n_steps && !f->none; k++) {
-        const MethodDesc *m = ex->steps[k].method;
+        const Experiment *st = &ex->steps[k];
+        const MethodDesc *m = st->method;
         if (m->evicts) continue;
         if (!m->decode_form) {
             f->none = "a step has no decode form";
             return;
         }
-        m->decode_form(f, &ex->steps[k], d, NULL);
+        if (f->Tr > 0 && m != &method_share_heads) {
+            /* a step after kivi rewrites every row it covers, KIVI's FP16 window too: the window is gone when it
+             * covers both tensors; one tensor with a window and one without is not a form the decoder reads */
+            int ai = method_param_index(m, "apply_to");
+            long to = ai < 0 ? APPLY_KV : st->p[ai];
+            if (!(to == APPLY_KV || (to == APPLY_K && !d->has_values))) {
+                f->none = "a step after kivi rewrites KIVI's FP16 window in one tensor only";
+                return;
+            }
+            f->T += f->Tr;
+            f->Tr = 0;
+        }
+        m->decode_form(f, st, d, NULL);
     }
 }
 
