@@ -11,6 +11,11 @@ struct Timing {
     float *q;              /* (L, Hq, D) one query per query head */
     TimedCache base;       /* FP16, every token of every KV head; built at the first measurement */
     int have_base;
+    struct Measured {      /* every form measured so far: one measurement per distinct form and run */
+        DecodeForm f;
+        double ns, speedup;
+    } *done;
+    size_t n_done, cap_done;
 };
 
 StoreFormat timing_decode_format(StoreFormat f, size_t T, size_t W)
@@ -154,6 +159,7 @@ void timing_free(Timing *tm)
 {
     if (!tm) return;
     timing_cache_free(&tm->base);
+    free(tm->done);
     free(tm->q);
     free(tm);
 }
@@ -161,6 +167,12 @@ void timing_free(Timing *tm)
 int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
 {
     const Data *d = tm->d;
+    for (size_t i = 0; i < tm->n_done; i++)
+        if (timing_same_form(&tm->done[i].f, f)) {   /* the same cache: the same step */
+            *ns = tm->done[i].ns;
+            *speedup = tm->done[i].speedup;
+            return 0;
+        }
     if (!tm->have_base) {
         DecodeForm b;
         memset(&b, 0, sizeof b);
@@ -181,5 +193,13 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
         return kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns and %g ns for FP16)", *ns,
                         ns_base);
     *speedup = ns_base / *ns;
+    if (tm->n_done == tm->cap_done) {
+        tm->cap_done = tm->cap_done ? 2 * tm->cap_done : 16;
+        struct Measured *m = xmalloc(tm->cap_done * sizeof *m);
+        if (tm->n_done) memcpy(m, tm->done, tm->n_done * sizeof *m);
+        free(tm->done);
+        tm->done = m;
+    }
+    tm->done[tm->n_done++] = (struct Measured){*f, *ns, *speedup};
     return 0;
 }

@@ -41,7 +41,9 @@ Timing *timing_create(const Data *d, int threads, int repeat);
 void timing_free(Timing *tm);   /* NULL-safe */
 
 /* Times the stored form f (f->none must be NULL) side by side with the FP16 cache: *ns = the form's median step
- * in nanoseconds, *speedup = FP16 median / *ns. Returns 0, or -1 with kvc_fail set (a form the decode path
+ * in nanoseconds, *speedup = FP16 median / *ns. A form equal to one measured before by this Timing
+ * (timing_same_form: the cache built would be the same) gets that measurement again, so experiments that store
+ * the same cache (evictions at one budget, a quantizer with and without rotation) show the same numbers. Returns 0, or -1 with kvc_fail set (a form the decode path
  * cannot hold, e.g. a q8_0 row that is not a multiple of 32; threads that cannot start; a median of 0 ns);
  * kvc run then leaves the cells empty with that message as its note. */
 int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup);

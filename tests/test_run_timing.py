@@ -40,10 +40,12 @@ CFG = {
         {"method": "cast", "format": "fp8_e4m3"},
         {"method": "ggml", "type": ["q8_0", "q4_1"]},
         {"method": "window", "budget": 64},
+        {"method": "knorm", "budget": 64},
         {"method": "lowrank", "rank": 16, "apply_to": "kv"},
         {"method": "share_heads", "group": 2},
         {"method": "pipeline", "steps": [{"method": "snapkv", "budget": 128}, {"method": "kivi", "residual": 32}]},
         {"method": "quantize", "bits": 4, "outliers": 0.01, "label": "with outliers"},
+        {"method": "quantize", "bits": 4, "label": "int4 again"},
     ],
 }
 
@@ -53,7 +55,7 @@ def main():
     path = os.path.join(tmp, "t.json")
     with open(path, "w") as fh:
         json.dump(CFG, fh)
-    n_rows = 13
+    n_rows = 15
 
     rc, out, err = run(["run", path, "--format", "csv", "--timing-repeat", "3"])
     rows = rows_of(out) if rc == 0 else []
@@ -64,7 +66,13 @@ def main():
     out_row = [r for r in rows if r["label"] == "with outliers"]
     report("outliers-not-timed", None if out_row and out_row[0]["decode_ns"] == "" and
            out_row[0]["decode_speedup"] == "" else "row %r" % out_row)
-    note = "kvc: note: experiments.9 (with outliers): no decode timing: its outlier records"
+    by_label = {r["label"]: r for r in rows}
+    same = [("window budget=64", "knorm budget=64"), ("quantize bits=4", "int4 again")]
+    report("same-form-same-timing", None if all(
+        a in by_label and b in by_label and by_label[a]["decode_ns"] == by_label[b]["decode_ns"] and
+        by_label[a]["decode_speedup"] == by_label[b]["decode_speedup"] for a, b in same)
+        else "rows %r" % [(r["label"], r["decode_ns"]) for r in rows])
+    note = "kvc: note: experiments.10 (with outliers): no decode timing: its outlier records"
     report("note-on-stderr", None if err.count("\n") == 1 and err.startswith(note) else "stderr %r" % err)
     rc2, _, err2 = run(["run", path, "--format", "csv", "--timing-repeat", "1", "-q"])
     report("quiet-silences-note", None if rc2 == 0 and err2 == "" else "exit %d stderr %r" % (rc2, err2))
