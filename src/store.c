@@ -1034,3 +1034,9 @@ void store_dequantize_f64(double *x, const StoreTensor *st)
     free(C);
     free(B);
 }
+
+int store_format_equal(StoreFormat a, StoreFormat b)
+{
+    return a.type == b.type && a.axis == b.axis && a.rank == b.rank && a.bits == b.bits && a.asym == b.asym &&
+           a.group == b.group && a.scale_type == b.scale_type;
+}

@@ -189,6 +189,8 @@ int store_type_is_int(StoreType t);   /* int8 / int4 / int2: has FP16 group scal
  *   type with suffix "ch" has one scale per channel ("int4ch"), without it one per token; "lr32" is rank-32
  *   low rank with f16 coefficients, "lr32:int8" with int8 coefficients. Returns 0, or -1 with kvc_fail("<what>: ...") set. */
 int store_format_parse(StoreFormat *f, const char *name, const char *what);
+/* 1 when a and b are the same format, compared field by field (padding bytes of the struct are unspecified). */
+int store_format_equal(StoreFormat a, StoreFormat b);
 /* Writes the canonical name of f (as store_format_parse reads it) into buf. */
 void store_format_name(char *buf, size_t cap, StoreFormat f);
 

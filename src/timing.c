@@ -46,16 +46,10 @@ DecodeForm timing_form(const Experiment *ex, const Data *d, const Compressed *c)
     return f;
 }
 
-static int same_format(StoreFormat a, StoreFormat b)   /* field by field: padding bytes are unspecified */
-{
-    return a.type == b.type && a.axis == b.axis && a.rank == b.rank && a.bits == b.bits && a.asym == b.asym &&
-           a.group == b.group && a.scale_type == b.scale_type;
-}
-
 int timing_same_form(const DecodeForm *a, const DecodeForm *b)
 {
-    return a->T == b->T && a->Tr == b->Tr && a->share == b->share && same_format(a->k, b->k) &&
-           same_format(a->v, b->v) && (a->none == NULL) == (b->none == NULL);
+    return a->T == b->T && a->Tr == b->Tr && a->share == b->share && store_format_equal(a->k, b->k) &&
+           store_format_equal(a->v, b->v) && (a->none == NULL) == (b->none == NULL);
 }
 
 const char *timing_unsupported(const DecodeForm *f, const Data *d)
@@ -70,8 +64,8 @@ const char *timing_unsupported(const DecodeForm *f, const Data *d)
 }
 
 /* One (T, D) tensor of format f from the rows x (T, D) of the data (low rank: the first W columns as the
- * coefficients, unit rows as the basis). */
-static int make_tensor(StoreTensor *st, StoreFormat f, const double *x, size_t T, size_t D)
+ * coefficients, unit rows as the basis); adds its bytes to *bytes. */
+static int make_tensor(StoreTensor *st, uint64_t *bytes, StoreFormat f, const double *x, size_t T, size_t D)
 {
     size_t R = f.rank, W = R ? R : D;
     f = timing_decode_format(f, T, W);
@@ -79,6 +73,7 @@ static int make_tensor(StoreTensor *st, StoreFormat f, const double *x, size_t T
     store_alloc(st, f, T, D);
     if (!R) {
         store_quantize_f64(st, x);
+        *bytes += store_bytes(st);
         return 0;
     }
     double *c = xmalloc(T * R * sizeof *c), *B = xcalloc(R * D, sizeof *B);
@@ -88,6 +83,7 @@ static int make_tensor(StoreTensor *st, StoreFormat f, const double *x, size_t T
     store_set_basis_f64(st, B);
     free(c);
     free(B);
+    *bytes += store_bytes(st);
     return 0;
 }
 
@@ -126,14 +122,13 @@ int timing_build(TimedCache *tc, const Data *d, const DecodeForm *f)
     for (size_t i = 0; i < tc->n; i++) {
         size_t b = (i / Hs) * H + (i % Hs) * share;
         const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
-        if (make_tensor(&tc->K[i], f->k, K, T, D) || (V && make_tensor(&tc->V[i], f->v, V, T, D)) ||
-            (Tr && make_tensor(&tc->Kr[i], rk, K + T * D, Tr, D)) ||
-            (Tr && V && make_tensor(&tc->Vr[i], rv, V + T * D, Tr, D))) {
+        uint64_t *by = &tc->bytes;
+        if (make_tensor(&tc->K[i], by, f->k, K, T, D) || (V && make_tensor(&tc->V[i], by, f->v, V, T, D)) ||
+            (Tr && make_tensor(&tc->Kr[i], by, rk, K + T * D, Tr, D)) ||
+            (Tr && V && make_tensor(&tc->Vr[i], by, rv, V + T * D, Tr, D))) {
             timing_cache_free(tc);
             return -1;
         }
-        tc->bytes += store_bytes(&tc->K[i]) + (V ? store_bytes(&tc->V[i]) : 0);
-        if (Tr) tc->bytes += store_bytes(&tc->Kr[i]) + (V ? store_bytes(&tc->Vr[i]) : 0);
     }
     tc->c = (DecodeCache){d->L, Hs, T, D, tc->K, tc->V, Tr, tc->Kr, tc->Vr};
     return 0;

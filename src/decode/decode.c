@@ -137,12 +137,6 @@ static int kivi_rows(KiviRows *r, const StoreTensor *st)
     return 1;
 }
 
-static int same_format(StoreFormat a, StoreFormat b)
-{
-    return a.type == b.type && a.axis == b.axis && a.rank == b.rank && a.bits == b.bits && a.asym == b.asym &&
-           a.group == b.group && a.scale_type == b.scale_type;
-}
-
 static float **per_thread(int n, size_t count)
 {
     float **p = xcalloc((size_t)n, sizeof *p);
@@ -176,8 +170,8 @@ static int check_tensors(const StoreTensor *K, const StoreTensor *V, size_t n_kv
 {
     for (size_t i = 0; i < n_kv; i++) {
         const StoreTensor *k = &K[i], *v = V ? &V[i] : &K[i];
-        if (k->T != T || v->T != T || k->D != D || v->D != D || !same_format(k->fmt, K[0].fmt) ||
-            (V && !same_format(v->fmt, V[0].fmt))) {
+        if (k->T != T || v->T != T || k->D != D || v->D != D || !store_format_equal(k->fmt, K[0].fmt) ||
+            (V && !store_format_equal(v->fmt, V[0].fmt))) {
             kvc_fail("decode: every %s tensor must have one format and shape (%zu, %zu) (got tensor %zu: "
                      "(%zu, %zu) and (%zu, %zu))", what, T, D, i, k->T, k->D, v->T, v->D);
             return -1;
