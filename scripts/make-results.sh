@@ -4,6 +4,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 KVC=${KVC:-./kvc}
+# the digits do not depend on the CPU: the same OpenBLAS kernels everywhere (see the script)
+. scripts/numeric-env.sh
 mkdir -p results
 
 write() {  # write FILE CMD...: the command's stdout, replaced atomically

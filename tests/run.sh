@@ -10,6 +10,8 @@ PY=${PY:-/usr/bin/python3}
 KVC=${KVC:-./kvc}
 KVC_TESTBIN=${KVC_TESTBIN:-build/tests}
 export PY KVC KVC_TESTBIN
+# the same BLAS kernels and numpy exp/log on every x86 CPU (see the script)
+. scripts/numeric-env.sh
 pass=0
 fail=0
 tmp=$(mktemp)
