@@ -24,9 +24,9 @@ CFLAGS  += $(XCFLAGS)
 LDLIBS  += $(PKG_LIBS) -lm -lpthread
 OPT_FLAGS := $(filter -O% -g%,$(CFLAGS))
 
-SRC     := $(wildcard src/*.c src/methods/*.c src/decode/*.c)
+SRC     := $(wildcard src/*/*.c)
 OBJ     := $(SRC:%.c=$(BUILD)/%.o)
-LIBOBJ  := $(filter-out $(BUILD)/src/main.o,$(OBJ))
+LIBOBJ  := $(filter-out $(BUILD)/src/cli/main.o,$(OBJ))
 TESTSRC := $(wildcard tests/*.c)
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -55,7 +55,7 @@ $(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -fno-sanitize=undefined
 $(BUILD)/src/decode/kernels_kivi_avx2.o: CFLAGS += -fno-sanitize=undefined
 $(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -fno-sanitize=undefined
 endif
-$(BUILD)/src/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
+$(BUILD)/src/cli/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
 
 # C unit tests: each tests/NAME.c links every module but main.
 $(BUILD)/tests/%: tests/%.c $(LIBOBJ)
@@ -93,7 +93,7 @@ fuzz:
 
 # The fuzz targets link an archive of the library modules, so the linker takes only what they call; bench.c and
 # src/decode/ (the speed path, which the parsers never reach) are not even compiled for them.
-FUZZ_LIBOBJ := $(filter-out $(BUILD)/src/bench.o $(BUILD)/src/decode/%,$(LIBOBJ))
+FUZZ_LIBOBJ := $(filter-out $(BUILD)/src/cli/bench.o $(BUILD)/src/decode/%,$(LIBOBJ))
 $(BUILD)/libkvc-fuzz.a: $(FUZZ_LIBOBJ)
 	rm -f $@
 	ar rcs $@ $(FUZZ_LIBOBJ)

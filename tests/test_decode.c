@@ -16,12 +16,12 @@
  * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */
-#include "attention.h"
+#include "base/attention.h"
 #include "decode/decode.h"
-#include "linalg.h"
-#include "rng.h"
-#include "store.h"
-#include "util.h"
+#include "base/linalg.h"
+#include "data/rng.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,11 +6,11 @@
  * degenerate tensors: zeros stay zeros, no NaN; data_check refuses what could overflow.
  * Prints "PASS <name>" / "FAIL <name>: <why>"; exits 1 on any failure.
  */
-#include "attention.h"
-#include "linalg.h"
+#include "base/attention.h"
+#include "base/linalg.h"
 #include "methods/methods.h"
-#include "synth.h"
-#include "util.h"
+#include "data/synth.h"
+#include "base/util.h"
 
 #include <cblas.h>
 #include <float.h>

@@ -1,19 +1,19 @@
-/* test_expid.c: unit test of src/expid.c, the stable experiment ids behind --resume, --shard and merge.
+/* test_expid.c: unit test of src/config/expid.c, the stable experiment ids behind --resume, --shard and merge.
  * What must not change an id (labels, positions, how a value is written, parameter defaults given or left
  * out, JSON key order and whitespace, leading zeros of the seed) and what must (every data value, the seed,
- * the metrics block, the method and each parameter); repeats of one experiment; --per-head row ids; the CSV/JSONL reader of src/results.c on torn and bad
+ * the metrics block, the method and each parameter); repeats of one experiment; --per-head row ids; the CSV/JSONL reader of src/report/results.c on torn and bad
  * lines. The ids themselves are checked against an independent implementation in tests/test_expid.py.
  * Prints "PASS name" / "FAIL name: why"; exits 1 if any check failed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "evaluate.h"
-#include "expid.h"
-#include "report.h"
-#include "results.h"
-#include "util.h"
+#include "config/config.h"
+#include "eval/evaluate.h"
+#include "config/expid.h"
+#include "report/report.h"
+#include "report/results.h"
+#include "base/util.h"
 #include "check.h"
 
 #define DATA "\"data\": {\"tokens\": 64, \"head_dim\": 8, \"keys\": {\"generator\": \"lowrank\", \"rank\": 4, " \

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_ggml.py: kvc's ggml block formats (src/store.c) bit for bit against tests/ggml_ref.py, an independent
+"""test_ggml.py: kvc's ggml block formats (src/store/store.c) bit for bit against tests/ggml_ref.py, an independent
 numpy implementation of the published block definitions (../shared/reference/ggml-formats.md).
 
 For q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, f16 and bf16: the stored bytes (codes and FP16 scales / mins, qh

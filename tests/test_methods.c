@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "expid.h"
+#include "config/config.h"
+#include "config/expid.h"
 #include "methods/methods.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 static int parse(Config *cfg, const char *text)

@@ -2,10 +2,10 @@
  * eval_percentile against numpy's np.percentile (values printed by numpy 1.24.2), the RoPE rotation (known
  * angles, inverse, interleaved pairs, channels past dims untouched), attn_log_softmax and attn_forward_scores.
  * Run from the project root. Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed. */
-#include "attention.h"
-#include "evaluate.h"
-#include "linalg.h"
-#include "rope.h"
+#include "base/attention.h"
+#include "eval/evaluate.h"
+#include "base/linalg.h"
+#include "data/rope.h"
 #include "check.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* test_quant: unit checks of the quantizers' stored formats (intN, q4_1, q5_0, q5_1, iq4_nl in src/store.h), the
- * Hadamard rotation (src/hadamard.h), dense-and-sparse outliers (src/methods/qprep.h) and the methods quantize,
+/* test_quant: unit checks of the quantizers' stored formats (intN, q4_1, q5_0, q5_1, iq4_nl in src/store/store.h), the
+ * Hadamard rotation (src/methods/hadamard.h), dense-and-sparse outliers (src/methods/qprep.h) and the methods quantize,
  * kivi, cast, ggml; and a helper for tests/test_ggml.py and tests/test_quant.py, which hold the independent
  * Python implementations.
  *
@@ -12,11 +12,11 @@
  *   --apply METHOD T D HASV [NAME=VALUE]...  float64 K (T, D) [and V] -> u64 bytes, K' [and V'] (float64; a
  *                          tensor the method leaves alone is written as it came); seed "7"
  */
-#include "hadamard.h"
+#include "methods/hadamard.h"
 #include "methods/methods.h"
 #include "methods/qprep.h"
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <math.h>

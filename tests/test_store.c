@@ -1,4 +1,4 @@
-/* test_store: unit checks of the stored formats (src/store.h), and a helper for tests/test_store.py.
+/* test_store: unit checks of the stored formats (src/store/store.h), and a helper for tests/test_store.py.
  *
  * No arguments: runs the C checks (PASS/FAIL lines, exit 1 on any failure):
  *   byte counts against the packed buffer sizes, all-zero groups (scale 0, zeros back, no NaN),
@@ -9,8 +9,8 @@
  *   --encode                  per input line (a double as hex float): "f16 bf16 e4m3 e5m2" codes in hex
  *   --quantize FMT T W        float32 (T, W) little-endian on stdin -> codes, then scales (raw bytes)
  */
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

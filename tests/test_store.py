@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_store.py: the stored formats of src/store.h against an independent numpy implementation.
+"""test_store.py: the stored formats of src/store/store.h against an independent numpy implementation.
 
 Written from the published definitions (../shared/reference/ggml-formats.md, the OCP FP8 spec, the int
 formats as README.md / store.h define them), not from kvc's C. The C side is driven through the helper

@@ -1,4 +1,4 @@
-/* test_timing.c: kvc run's decode timing (src/timing.h): every method family hands the decode path the stored
+/* test_timing.c: kvc run's decode timing (src/eval/timing.h): every method family hands the decode path the stored
  * form it counts in its bytes. For each case the method runs on a small hand-made layer, the form is built into
  * the cache that would be timed, and its bytes are compared with what the method reports (minus the parts a
  * decode step does not read: index bytes of an eviction, a cast's per-head scale); forms the decode path cannot
@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "methods/methods.h"
-#include "synth.h"
-#include "timing.h"
-#include "util.h"
+#include "data/synth.h"
+#include "eval/timing.h"
+#include "base/util.h"
 #include "check.h"
 
 enum { L = 1, H = 2, HQ = 4, T = 96, D = 64 };

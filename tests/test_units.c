@@ -14,13 +14,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attention.h"
-#include "config.h"
-#include "evaluate.h"
-#include "linalg.h"
+#include "base/attention.h"
+#include "config/config.h"
+#include "eval/evaluate.h"
+#include "base/linalg.h"
 #include "methods/methods.h"
-#include "report.h"
-#include "util.h"
+#include "report/report.h"
+#include "base/util.h"
 #include "check.h"
 
 static int same_bits(double a, double b) { return dbits(a) == dbits(b); }

@@ -6,7 +6,7 @@
 #include "decode/kernels.h"
 #include "decode/kernels_kivi.h"
 #include "decode/pool.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <assert.h>
 #include <math.h>

@@ -56,7 +56,7 @@
 #ifndef KVC_DECODE_H
 #define KVC_DECODE_H
 
-#include "store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 

@@ -15,7 +15,7 @@
 #ifndef KVC_DECODE_KERNELS_H
 #define KVC_DECODE_KERNELS_H
 
-#include "store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -35,7 +35,7 @@
 #ifndef KVC_DECODE_KERNELS_KIVI_H
 #define KVC_DECODE_KERNELS_KIVI_H
 
-#include "store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

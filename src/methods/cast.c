@@ -1,6 +1,6 @@
 /* cast: store K and V in a 16- or 8-bit floating-point format, optionally scaled (vLLM's FP8 KV cache).
  *
- * T tokens, D head dim, H KV heads of a layer. Stored form: one code per number in `format` (src/store.h:
+ * T tokens, D head dim, H KV heads of a layer. Stored form: one code per number in `format` (src/store/store.h:
  * f16 and bf16 round to nearest even from the double, overflow to infinity; fp8_e4m3 (OCP E4M3FN, max 448) and
  * fp8_e5m2 (max 57344) round to nearest even and saturate), of x / s, where s is an FP32 scale: 1 for
  * `scale: "none"` (vLLM's default; nothing stored), else s = float32(amax / format max) (saturated to the
@@ -12,8 +12,8 @@
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <float.h>
 #include <math.h>

@@ -19,9 +19,9 @@
  * Stored bytes: 2 * kept * D for K, and again for V when the cache holds values, plus the index bytes.
  */
 #include "methods/evict.h"
-#include "linalg.h"
-#include "rng.h"
-#include "util.h"
+#include "base/linalg.h"
+#include "data/rng.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

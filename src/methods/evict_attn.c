@@ -19,8 +19,8 @@
  * Ties go to the earlier row. Index bytes: int32 per kept token. See evict.c for budgets and bytes.
  */
 #include "methods/evict.h"
-#include "attention.h"
-#include "util.h"
+#include "base/attention.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,14 +3,14 @@
  * T tokens, D head dim. Each token row (D values, rounded to float32 as ggml takes them) is one call of ggml's
  * reference quantizer quantize_row_<type>_ref: blocks of 32 along D with FP16 block scales (q8_0, q4_0, q4_1,
  * q5_0, q5_1, iq4_nl; D must be a multiple of 32), or ggml's float32 -> f16 / bf16 conversion. Stored form and
- * read-back (float32, as ggml dequantizes): src/store.h; bytes are the blocks' (store_bytes). Note that `ggml`
+ * read-back (float32, as ggml dequantizes): src/store/store.h; bytes are the blocks' (store_bytes). Note that `ggml`
  * f16 rounds twice (double -> float32 -> f16), as a float32 model feeding a ggml cache does, where `cast` f16
  * rounds the double once. rotate and outliers: src/methods/qprep.h.
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * [0, Tq) asymmetric `k_bits` codes with a scale and a min per channel and group of `group_size` consecutive
  * tokens (the last group may be shorter); values: rows [0, Tq) asymmetric `v_bits` codes with a scale and a min
  * per token and group of `group_size` consecutive channels. Rows [Tq, T) of K and V are stored in FP16 (KIVI's
- * streaming residual). Stored forms: STORE_INTN (src/store.h) for the quantized rows and STORE_F16 for the
+ * streaming residual). Stored forms: STORE_INTN (src/store/store.h) for the quantized rows and STORE_F16 for the
  * residual; bytes are theirs (store_bytes) plus the outlier records. KIVI keeps the T mod group_size tokens
  * after the last full key group in full precision as well; kvc quantizes a shorter last group instead (set
  * `residual` to keep them). scale_dtype as for quantize, but fp16_exact by default (KIVI stores FP16 scales
@@ -13,8 +13,8 @@
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,8 +11,8 @@
  * pipelines read (e.g. to quantize the coefficients).
  */
 #include "methods/methods.h"
-#include "linalg.h"
-#include "util.h"
+#include "base/linalg.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

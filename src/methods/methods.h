@@ -9,7 +9,7 @@
 #ifndef KVC_METHODS_H
 #define KVC_METHODS_H
 
-#include "store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <limits.h>
@@ -100,7 +100,7 @@ typedef struct Compressed {
 } Compressed;
 
 /* What a decode step reads for one (layer, KV head) of the stored cache: kvc run's decode_ns column
- * (src/timing.h). Before MethodDesc.decode_form runs, evaluate.c sets the default: K and V in FP16 (rank 0)
+ * (src/eval/timing.h). Before MethodDesc.decode_form runs, evaluate.c sets the default: K and V in FP16 (rank 0)
  * over the tokens the head keeps (T, or the rows an eviction kept), no residual, no sharing, none NULL; that
  * default is right for every eviction method, so they need no decode_form. */
 typedef struct DecodeForm {

@@ -23,8 +23,8 @@
  */
 #include "methods/methods.h"
 #include "methods/share.h"
-#include "linalg.h"
-#include "util.h"
+#include "base/linalg.h"
+#include "base/util.h"
 
 #include <assert.h>
 #include <stdio.h>

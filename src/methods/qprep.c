@@ -1,8 +1,8 @@
 /* qprep: rotation and dense-and-sparse outliers around a quantizer's stored form (see qprep.h). */
 #include "methods/qprep.h"
-#include "hadamard.h"
-#include "store.h"
-#include "util.h"
+#include "methods/hadamard.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* qprep: what every quantizer (quantize, kivi, cast, ggml) does around its stored form: the optional Hadamard
- * rotation (rotate: "hadamard", src/hadamard.h) and dense-and-sparse outliers (outliers: p, as KVQuant).
+ * rotation (rotate: "hadamard", src/methods/hadamard.h) and dense-and-sparse outliers (outliers: p, as KVQuant).
  *
  * For one tensor x (T, D) of one (layer, KV head):
  *   1. rotate: x = x R (every row), R = diag(s) H / sqrt(D) with the config's signs;
@@ -18,7 +18,7 @@
 #define KVC_METHODS_QPREP_H
 
 #include "methods/methods.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

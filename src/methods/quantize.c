@@ -1,7 +1,7 @@
 /* quantize: integer quantization with a scale (and, asymmetric, a min) per group: the lesson's quantizer and
  * its generalizations (README "Methods", "How bytes are counted").
  *
- * T tokens, D head dim. Stored form: STORE_INTN (src/store.h): b-bit codes of the whole (T, D) tensor in one
+ * T tokens, D head dim. Stored form: STORE_INTN (src/store/store.h): b-bit codes of the whole (T, D) tensor in one
  * bit stream, ceil(T * D * b / 8) bytes, plus per group a scale (and a min) in FP16 or FP32. Groups: axis
  * token, `group_size` consecutive channels of a token (0: the whole row); axis channel, `group_size`
  * consecutive tokens of a channel (0: the whole column). Symmetric (default): qmax = 2^(b-1) - 1,
@@ -14,8 +14,8 @@
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
-#include "store.h"
-#include "util.h"
+#include "store/store.h"
+#include "base/util.h"
 
 #include <string.h>
 
@@ -85,7 +85,7 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return 0;
 }
 
-/* The intN format it stores (src/timing.c reads the symmetric whole-row / whole-column ones with the int8/4/2
+/* The intN format it stores (src/eval/timing.c reads the symmetric whole-row / whole-column ones with the int8/4/2
  * kernels, the rest through the generic path). The Hadamard rotation of the query is not timed. */
 static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
 {

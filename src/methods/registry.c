@@ -1,6 +1,6 @@
 /* registry: the table of methods, and the helpers every method shares. */
 #include "methods/methods.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * This is a per-layer method (MethodDesc.apply_layer). In a pipeline it must be the first step (pipeline.c).
  */
 #include "methods/share.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

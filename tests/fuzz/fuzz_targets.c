@@ -15,10 +15,10 @@
  * The config text is passed in a buffer of exactly its length (no terminating NUL), so reads past the end of
  * the text are caught by ASan.
  */
-#include "config.h"
-#include "io_npy.h"
-#include "io_safetensors.h"
-#include "util.h"
+#include "config/config.h"
+#include "data/io_npy.h"
+#include "data/io_safetensors.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdint.h>

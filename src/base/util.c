@@ -1,0 +1,167 @@
+/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, options with
+ * a value, a growing string and a top-k selection. */
+#include "base/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char errbuf[1024];
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "kvc: out of memory (allocating %zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "kvc: out of memory (allocating %zu x %zu bytes)\n", count, size);
+        abort();
+    }
+    return p;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+int kvc_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof errbuf) { /* cut: keep the "<where>: <what> (got <value>)" shape (fuzzing found this) */
+        static const char cut[] = "... (got a message longer than 1023 bytes, cut)";
+        memcpy(errbuf + sizeof errbuf - sizeof cut, cut, sizeof cut);
+    }
+    /* The message is one line whatever the input contained. */
+    for (char *p = errbuf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    return -1;
+}
+
+const char *kvc_errmsg(void) { return errbuf; }
+
+int size_mul(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return -1;
+    *out = a * b;
+    return 0;
+}
+
+int size_add(size_t a, size_t b, size_t *out)
+{
+    if (b > SIZE_MAX - a) return -1;
+    *out = a + b;
+    return 0;
+}
+
+void fmt_double(char *buf, size_t cap, double x)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return (size_t)-1;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            if (up + 1 < best) best = up + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) return kvc_fail("%s: missing value after %s (got nothing)", argv[0], name);
+    *val = argv[++*i];
+    return 1;
+}
+
+int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+    if (*s < '0' || *s > '9' || errno || *end || v < lo || v > hi)
+        return kvc_fail("%s: expected an integer in %zu..%zu (got \"%s\")", where, lo, hi, s);
+    *out = (size_t)v;
+    return 0;
+}
+
+void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = (*len + n + 1) * 2;
+        char *b = xmalloc(want);
+        memcpy(b, *buf, *len);
+        free(*buf);
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static int ranks_before(const Ranked *a, const Ranked *b) { return a->v != b->v ? a->v > b->v : a->i < b->i; }
+
+static void swap_ranked(Ranked *a, Ranked *b)
+{
+    Ranked t = *a;
+    *a = *b;
+    *b = t;
+}
+
+void select_top(Ranked *r, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n, kk = k - 1;
+    while (hi - lo > 1) {
+        Ranked p = r[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) rank before p, [gt, hi) after */
+        while (i < gt) {
+            if (ranks_before(&r[i], &p)) swap_ranked(&r[lt++], &r[i++]);
+            else if (ranks_before(&p, &r[i])) swap_ranked(&r[i], &r[--gt]);
+            else i++;
+        }
+        if (kk < lt) hi = lt;
+        else if (kk >= gt) lo = gt;
+        else return;
+    }
+}

@@ -1,0 +1,384 @@
+/* io_safetensors: .safetensors reading (cJSON for the header, strict checks on the chosen tensor) and
+ * writing. See io_safetensors.h for what is accepted. */
+#define _FILE_OFFSET_BITS 64
+#include "data/io_safetensors.h"
+
+#include "base/util.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#define MAX_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact in cJSON's double */
+
+/* ---- reading ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A JSON value as a short printable string for "(got ...)". */
+static void describe(char *buf, size_t cap, const cJSON *v)
+{
+    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    if (!s) {
+        snprintf(buf, cap, "%s", v ? "?" : "nothing");
+        return;
+    }
+    if (strlen(s) + 1 > cap && cap > 4) snprintf(buf, cap, "%.*s...", (int)(cap - 4), s);
+    else snprintf(buf, cap, "%s", s);
+    cJSON_free(s);
+}
+
+static int get_uint(const cJSON *v, size_t *out)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble > MAX_INT ||
+        v->valuedouble != floor(v->valuedouble))
+        return -1;
+    double d = v->valuedouble;
+    if (d > (double)SIZE_MAX) return -1;
+    *out = (size_t)d;
+    return 0;
+}
+
+/* "'a', 'b', 'c'" (at most ~600 characters) and the nearest name to `want` (or NULL). */
+static void list_names(char *buf, size_t cap, const char *const *names, size_t n, const char *want,
+                       const char **nearest)
+{
+    size_t len = 0, best = (size_t)-1;
+    buf[0] = '\0';
+    *nearest = NULL;
+    for (size_t k = 0; k < n; k++) {
+        if (len + strlen(names[k]) + 40 < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s\"%s\"", k ? ", " : "", names[k]);
+        else if (len + 20 < cap) {
+            snprintf(buf + len, cap - len, ", ... (%zu more)", n - k);
+            len = cap;
+        }
+        if (want) {
+            size_t d = edit_distance(want, names[k]);
+            if (d < best) best = d, *nearest = names[k];
+        }
+    }
+    if (*nearest && best > 3) *nearest = NULL;
+}
+
+static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, uint64_t data_start,
+                      uint64_t data_len, size_t max_values)
+{
+    const char *name = e->string;
+    char got[128];
+    if (!cJSON_IsObject(e)) {
+        describe(got, sizeof got, e);
+        return kvc_fail("%s: tensor \"%s\": entry must be an object with dtype, shape and data_offsets (got %s)",
+                        where, name, got);
+    }
+    const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
+    for (const cJSON *it = e->child; it; it = it->next) {
+        const cJSON **slot = !strcmp(it->string, "dtype") ? &dtype : !strcmp(it->string, "shape") ? &shape
+                           : !strcmp(it->string, "data_offsets") ? &offsets : NULL;
+        if (!slot)
+            return kvc_fail("%s: tensor \"%s\": unknown key (got \"%s\"; expected dtype, shape and data_offsets)",
+                            where, name, it->string);
+        if (*slot) return kvc_fail("%s: tensor \"%s\": key appears twice (got \"%s\" again)", where, name, it->string);
+        *slot = it;
+    }
+    if (!dtype || !shape || !offsets)
+        return kvc_fail("%s: tensor \"%s\": key is missing (got no \"%s\")", where, name,
+                        !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+
+    TensorDtype dt;
+    const char *ds = cJSON_IsString(dtype) ? dtype->valuestring : "";
+    if (!strcmp(ds, "F16")) dt = TENSOR_F16;
+    else if (!strcmp(ds, "BF16")) dt = TENSOR_BF16;
+    else if (!strcmp(ds, "F32")) dt = TENSOR_F32;
+    else if (!strcmp(ds, "F64")) dt = TENSOR_F64;
+    else {
+        describe(got, sizeof got, dtype);
+        return kvc_fail("%s: tensor \"%s\": unsupported dtype (got %s; expected \"F16\", \"BF16\", \"F32\" or "
+                        "\"F64\")", where, name, got);
+    }
+
+    int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+    describe(got, sizeof got, shape);
+    if (ndim < 0) return kvc_fail("%s: tensor \"%s\": shape must be a list of integers (got %s)", where, name, got);
+    if (ndim == 0)
+        return kvc_fail("%s: tensor \"%s\": unsupported shape: 0-dimensional (scalar) tensors are not "
+                        "supported (got [])", where, name);
+    if (ndim > TENSOR_MAX_DIM)
+        return kvc_fail("%s: tensor \"%s\": unsupported shape: more than %d dimensions (got %s)", where, name,
+                        TENSOR_MAX_DIM, got);
+    out->ndim = (size_t)ndim;
+    size_t k = 0;
+    for (const cJSON *it = shape->child; it; it = it->next, k++)
+        if (get_uint(it, &out->shape[k]) < 0)
+            return kvc_fail("%s: tensor \"%s\": shape must hold integers 0..2^53 (got %s)", where, name, got);
+
+    size_t begin, end, count, bytes;
+    describe(got, sizeof got, offsets);
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || get_uint(offsets->child, &begin) < 0 ||
+        get_uint(offsets->child->next, &end) < 0)
+        return kvc_fail("%s: tensor \"%s\": data_offsets must be [begin, end], integers 0..2^53 (got %s)", where,
+                        name, got);
+    if (begin > end)
+        return kvc_fail("%s: tensor \"%s\": data_offsets begin after they end (got %s)", where, name, got);
+    if (end > data_len)
+        return kvc_fail("%s: tensor \"%s\": data_offsets run past the end of the data buffer, which holds %llu bytes "
+                        "(got %s)", where, name, (unsigned long long)data_len, got);
+    char tw[512]; /* "<path>: tensor "<name>"" for messages from tensorio */
+    snprintf(tw, sizeof tw, "%s: tensor \"%.300s\"", where, name);
+    if (tensorio_shape_bytes(out->shape, out->ndim, tensorio_dtype_size(dt), tw, &count, &bytes) < 0) return -1;
+    if (end - begin != bytes) {
+        char s[128];
+        tensorio_shape_str(s, sizeof s, out->shape, out->ndim);
+        return kvc_fail("%s: tensor \"%s\": size mismatch: shape %s of %s = %zu values needs %zu bytes but "
+                        "data_offsets span %zu (got %s)", where, name, s, ds, count, bytes, end - begin, got);
+    }
+    if (fseeko(f, (off_t)(data_start + begin), SEEK_SET) != 0)
+        return kvc_fail("%s: cannot seek to the data of tensor \"%s\" (got %s)", where, name, strerror(errno));
+    return tensorio_read_values(out, f, tw, dt, 0, 0, max_values);
+}
+
+static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const char *name, size_t max_values)
+{
+    unsigned char len8[8];
+    if (size < 8)
+        return kvc_fail("%s: file is truncated: too short for the 8-byte .safetensors header length (got %llu bytes)",
+                        where, (unsigned long long)size);
+    if (tensorio_read_exact(f, len8, 8, where, "the header length") < 0) return -1;
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)len8[k] << (8 * k);
+    if (n > size - 8)
+        return kvc_fail("%s: header length runs past the end of the file: only %llu bytes follow the 8-byte length "
+                        "(got a header length of %llu)", where, (unsigned long long)(size - 8), (unsigned long long)n);
+    if (n > SAFETENSORS_MAX_HEADER)
+        return kvc_fail("%s: .safetensors header is too long (got %llu bytes; at most %u accepted)", where,
+                        (unsigned long long)n, SAFETENSORS_MAX_HEADER);
+    char *text = xmalloc((size_t)n + 1);
+    if (tensorio_read_exact(f, text, (size_t)n, where, "the header") < 0) {
+        free(text);
+        return -1;
+    }
+    text[n] = '\0';
+    const char *nul = memchr(text, 0, (size_t)n);
+    if (nul) {
+        size_t at = (size_t)(nul - text);
+        free(text);
+        return kvc_fail("%s: .safetensors header is not valid JSON: NUL byte at byte %zu of the header (got \\x00)",
+                        where, at);
+    }
+    const char *stop = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)n, &stop, 0);
+    if (root) {
+        while (stop && stop < text + n && (*stop == ' ' || *stop == '\t' || *stop == '\n' || *stop == '\r')) stop++;
+        if (stop != text + n) {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
+    if (!root) {
+        size_t at = stop && stop >= text && stop <= text + n ? (size_t)(stop - text) : 0;
+        char got[64];
+        size_t len = 0;
+        for (size_t k = at; k < n && k < at + 16 && len + 6 < sizeof got; k++) {
+            unsigned char c = (unsigned char)text[k];
+            if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') got[len++] = (char)c;
+            else len += (size_t)snprintf(got + len, sizeof got - len, "\\x%02x", c);
+        }
+        got[len] = '\0';
+        free(text);
+        if (n == 0) return kvc_fail("%s: .safetensors header is not valid JSON: it is empty (got a header length of 0)",
+                                    where);
+        if (at >= n)
+            return kvc_fail("%s: .safetensors header is not valid JSON: it ends early (got %llu bytes)", where,
+                            (unsigned long long)n);
+        return kvc_fail("%s: .safetensors header is not valid JSON at byte %zu of the header (got \"%s\")", where, at,
+                        got);
+    }
+    free(text);
+
+    int rc = -1;
+    size_t count = 0;
+    const char **names = NULL;
+    const cJSON *chosen = NULL;
+    char got[128];
+    if (!cJSON_IsObject(root)) {
+        describe(got, sizeof got, root);
+        kvc_fail("%s: .safetensors header must be a JSON object (got %s)", where, got);
+        goto done;
+    }
+    int members = cJSON_GetArraySize(root);
+    names = xmalloc((size_t)(members > 0 ? members : 1) * sizeof *names);
+    for (const cJSON *it = root->child; it; it = it->next) {
+        if (!strcmp(it->string, "__metadata__")) {
+            if (!cJSON_IsObject(it)) {
+                describe(got, sizeof got, it);
+                kvc_fail("%s: \"__metadata__\" must be an object of strings (got %s)", where, got);
+                goto done;
+            }
+            continue;
+        }
+        names[count++] = it->string;
+        if (name ? !strcmp(it->string, name) : count == 1) chosen = it;
+    }
+    qsort(names, count, sizeof *names, cmp_str);
+    for (size_t k = 1; k < count; k++)
+        if (!strcmp(names[k - 1], names[k])) {
+            kvc_fail("%s: tensor name appears twice in the header (got \"%s\")", where, names[k]);
+            goto done;
+        }
+    if (count == 0) {
+        kvc_fail("%s: the file holds no tensors (got a header with %s)", where,
+                 members ? "only __metadata__" : "no entries");
+        goto done;
+    }
+    if (!name && count > 1) {
+        char list[700];
+        const char *near;
+        list_names(list, sizeof list, names, count, NULL, &near);
+        kvc_fail("%s: the file holds %zu tensors; choose one by name (got none; available: %s)", where, count, list);
+        goto done;
+    }
+    if (!chosen) {
+        char list[700];
+        const char *near;
+        list_names(list, sizeof list, names, count, name, &near);
+        if (near)
+            kvc_fail("%s: no tensor named \"%s\"; did you mean \"%s\"? (got \"%s\"; available: %s)", where, name, near,
+                     name, list);
+        else
+            kvc_fail("%s: no tensor named \"%s\" (got \"%s\"; available: %s)", where, name, name, list);
+        goto done;
+    }
+    rc = read_entry(out, f, where, chosen, 8 + n, size - 8 - n, max_values);
+done:
+    free(names);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int safetensors_fread(Tensor *out, FILE *f, const char *where, const char *name, size_t max_values)
+{
+    uint64_t size;
+    memset(out, 0, sizeof *out);
+    if (tensorio_stream_size(f, where, &size) < 0) return -1;
+    if (read_st(out, f, size, where, name, max_values) < 0) {
+        tensor_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+int safetensors_read(Tensor *out, const char *path, const char *name)
+{
+    FILE *f;
+    uint64_t size;
+    memset(out, 0, sizeof *out);
+    if (tensorio_open(&f, &size, path) < 0) return -1;
+    int rc = read_st(out, f, size, path, name, TENSOR_NO_LIMIT);
+    fclose(f);
+    if (rc < 0) tensor_free(out);
+    return rc;
+}
+
+/* ---- writing ---- */
+
+static void append_json_string(char **buf, size_t *len, size_t *cap, const char *s)
+{
+    str_append(buf, len, cap, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c;
+            str_append(buf, len, cap, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            str_append(buf, len, cap, esc, 6);
+        } else {
+            str_append(buf, len, cap, s, 1);
+        }
+    }
+    str_append(buf, len, cap, "\"", 1);
+}
+
+int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t n, TensorDtype dtype)
+{
+    if (dtype != TENSOR_F32 && dtype != TENSOR_F64)
+        return kvc_fail("%s: safetensors_write supports F32 and F64 only (got dtype %d)", path, (int)dtype);
+    if (n == 0) return kvc_fail("%s: refusing to write a .safetensors file without tensors (got 0)", path);
+    size_t is = tensorio_dtype_size(dtype), offset = 0, len = 0, cap = 256;
+    char *hdr = xmalloc(cap);
+    hdr[0] = '\0';
+    str_append(&hdr, &len, &cap, "{", 1);
+    for (size_t k = 0; k < n; k++) {
+        const Tensor *t = entries[k].tensor;
+        const char *name = entries[k].name;
+        size_t count, bytes;
+        if (!name || !*name || !strcmp(name, "__metadata__")) {
+            free(hdr);
+            return kvc_fail("%s: tensor %zu needs a name other than \"\" and \"__metadata__\" (got \"%s\")", path, k,
+                            name ? name : "");
+        }
+        for (size_t j = 0; j < k; j++)
+            if (!strcmp(entries[j].name, name)) {
+                free(hdr);
+                return kvc_fail("%s: tensor name given twice (got \"%s\")", path, name);
+            }
+        if (t->ndim < 1 || t->ndim > TENSOR_MAX_DIM) {
+            free(hdr);
+            return kvc_fail("%s: tensor \"%s\" has %zu dimensions (expected 1 to %d)", path, name, t->ndim,
+                            TENSOR_MAX_DIM);
+        }
+        if (tensorio_shape_bytes(t->shape, t->ndim, is, path, &count, &bytes) < 0 ||
+            size_add(offset, bytes, &bytes) < 0) {
+            free(hdr);
+            return kvc_fail("%s: tensors too large to write (got tensor \"%s\")", path, name);
+        }
+        for (size_t i = 0; i < count; i++)
+            if (!isfinite(t->data[i])) {
+                free(hdr);
+                return kvc_fail("%s: tensor \"%s\": refusing to write a value that is not finite at flat index %zu "
+                                "(got %s)", path, name, i, isnan(t->data[i]) ? "nan" : t->data[i] > 0 ? "inf" : "-inf");
+            }
+        char num[64];
+        if (k) str_append(&hdr, &len, &cap, ",", 1);
+        append_json_string(&hdr, &len, &cap, name);
+        int m = snprintf(num, sizeof num, ":{\"dtype\":\"%s\",\"shape\":[", dtype == TENSOR_F32 ? "F32" : "F64");
+        str_append(&hdr, &len, &cap, num, (size_t)m);
+        for (size_t d = 0; d < t->ndim; d++) {
+            m = snprintf(num, sizeof num, d ? ",%zu" : "%zu", t->shape[d]);
+            str_append(&hdr, &len, &cap, num, (size_t)m);
+        }
+        m = snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", offset, bytes);
+        str_append(&hdr, &len, &cap, num, (size_t)m);
+        offset = bytes;
+    }
+    str_append(&hdr, &len, &cap, "}", 1);
+    while (len % 8) str_append(&hdr, &len, &cap, " ", 1);
+
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)len >> (8 * k));
+    TensorioOut o;
+    if (tensorio_create(&o, path) < 0) {
+        free(hdr);
+        return -1;
+    }
+    if (fwrite(len8, 1, 8, o.f) != 8 || fwrite(hdr, 1, len, o.f) != len) {
+        kvc_fail("%s: write failed (%s)", path, strerror(errno));
+        free(hdr);
+        tensorio_abort(&o);
+        return -1;
+    }
+    free(hdr);
+    for (size_t k = 0; k < n; k++)
+        if (tensorio_write_values(o.f, entries[k].tensor, dtype, path) < 0) {
+            tensorio_abort(&o);
+            return -1;
+        }
+    return tensorio_commit(&o);
+}

@@ -1,0 +1,43 @@
+/* synth: synthesize K, V and the queries from a Config with the numpy-compatible generator.
+ *
+ * L layers, H KV heads, Hq query heads, G = Hq / H (query heads per KV head, GQA: query head hq reads KV head
+ * hq / G), T tokens, D head dim, N evaluation queries and W observation queries per (layer, query head).
+ * Every tensor is C order (row-major), the last axis fastest. The exact draw order, which makes a config
+ * reproducible in numpy, is README.md "Draw order"; tests/oracle.py implements it independently. With none
+ * of the multi-head keys it is the v1 order: keys, values, query.
+ *
+ * A Data can also be filled from tensors on disk (the hook for data.source "files"): set the sizes, point K,
+ * V, Q (and O with obs_pos) at xmalloc'ed arrays of the shapes below, leave rope zeroed (the keys are then
+ * what attention reads) and outlier_mask NULL; data_free releases it.
+ */
+#ifndef KVC_SYNTH_H
+#define KVC_SYNTH_H
+
+#include "config/config.h"
+#include "data/rope.h"
+
+typedef struct Data {
+    size_t L, H, Hq, T, D;
+    size_t N;                     /* evaluation queries per (layer, query head); 0 without queries */
+    size_t W;                     /* observation queries per (layer, query head); 0 without */
+    double *K;                    /* (L, H, T, D) the keys the cache holds */
+    double *V;                    /* (L, H, T, D), or NULL: the cache holds keys only */
+    double *Q;                    /* (L, Hq, N, D) evaluation queries, as attention reads them, or NULL */
+    double *O;                    /* (L, Hq, W, D) observation queries, as attention reads them, or NULL */
+    size_t *obs_pos;              /* (W,) position of each observation query: T - W + j */
+    Rope rope;                    /* rope.dims > 0: K holds pre-RoPE keys; attention reads rope(K) at 0..T-1 */
+    unsigned char *outlier_mask;  /* (L, D): 1 for a declared outlier channel of that layer; NULL if none */
+} Data;
+
+/* Returns 0, or -1 with kvc_fail set (a seed string that is not a decimal integer). */
+int synth_data(Data *d, const Config *cfg);
+void data_free(Data *d);   /* safe on a zeroed Data */
+
+/* The numerical limits of the quality path (README "Numerical edge cases"): every value of K, V, Q and O
+ * finite, and for each (layer, KV head) max |q| x max |k| <= DATA_MAX_SCORE over its keys and the queries
+ * that read them, so that no attention score can overflow. synth_data calls it; data loaded from files must
+ * be checked the same way. Returns 0, or -1 with kvc_fail("data: ... (got ...)") set. */
+#define DATA_MAX_SCORE 1e300
+int data_check(const Data *d);
+
+#endif

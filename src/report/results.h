@@ -1,0 +1,58 @@
+/* results: read back the CSV and JSONL files that kvc writes (the reader twin of report.c), for
+ * --resume and kvc merge. No computation, no output.
+ *
+ * A file is accepted only as kvc writes it: CSV with exactly this kvc's header line and one record per row
+ * (RFC 4180; a quoted label may hold commas, quotes and newlines) whose last field is the id; JSONL with one
+ * object per line whose keys are, in order, label, method, params, (layer, head with --per-head,) every
+ * column, id. Anything else in a complete line is an error naming the file and line.
+ *
+ * A torn last line (the file does not end with the newline that closes a record: a write cut short by a
+ * kill, a full disk or a crash) is not an error here: it is reported in `torn` and left out of `rows`, and
+ * the caller decides (--resume truncates it away; merge refuses the file).
+ */
+#ifndef KVC_RESULTS_H
+#define KVC_RESULTS_H
+
+#include "report/report.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ResultRow {
+    size_t off, len;   /* the row's bytes in the text, the final '\n' included */
+    size_t line;       /* 1-based line number where it starts */
+    uint64_t id;
+    char *label;       /* decoded */
+} ResultRow;
+
+typedef struct ResultFile {
+    Format fmt;          /* FORMAT_CSV or FORMAT_JSONL */
+    int per_head;        /* the rows are --per-head rows (layer and head columns) */
+    size_t header_len;   /* csv: bytes of the header line ('\n' included); 0 when it is not (fully) there */
+    ResultRow *rows;
+    size_t n;
+    size_t complete;     /* bytes up to the end of the last complete line */
+    size_t torn;         /* bytes of a torn last line after `complete` (0: none) */
+} ResultFile;
+
+/* The format a file name asks for: .csv, .jsonl or .ndjson, .txt (table). Returns 0, or -1 for any other
+ * name (no kvc_fail). */
+int results_format_of_name(const char *path, Format *fmt);
+
+/* Parses text[0..len) of a file called `name` (for messages) written in `fmt` (CSV or JSONL) with
+ * --per-head (per_head 1) or without (0); per_head -1 takes it from the CSV header or the first JSON line.
+ * Returns 0, or -1 with kvc_fail("<name>:<line>: ...") on a complete line kvc did not write. */
+int results_parse(ResultFile *rf, const char *name, const char *text, size_t len, Format fmt, int per_head);
+void results_free(ResultFile *rf);   /* safe on a zeroed ResultFile */
+
+/* Reads a whole open file from offset 0 (the caller frees *text). Returns 0, or -1 with kvc_fail. */
+int results_read_fd(int fd, const char *name, char **text, size_t *len);
+
+/* The CSV header line this kvc writes, with or without --per-head, '\n' included (caller frees). */
+char *results_csv_header(int per_head);
+
+/* Replaces `path` with buf[0..n) whole: a temporary file next to it, fsync, rename. Readers see the old
+ * file or the new one, never half. Returns 0, or -1 with kvc_fail (the temporary file is removed). */
+int results_write_atomic(const char *path, const char *buf, size_t n);
+
+#endif

@@ -1,0 +1,86 @@
+/* sweep: where the rows of `kvc run` go, and which rows run. The options --out, --resume, --shard and -q,
+ * and the progress line. No computation: main evaluates; this module selects, writes and reports progress.
+ *
+ * Output. Without --out, rows go to stdout as before. With --out FILE the format comes from --format or the
+ * name (.csv, .jsonl/.ndjson, .txt = table; a contradiction is an error). CSV and JSONL are appended one
+ * row at a time, each row one write(2) of a complete line, so a killed run (even SIGKILL) leaves every
+ * finished row; the file is fsync'ed about once a second and at the end. A table needs every row, so it is
+ * written to a temporary file next to FILE and renamed over FILE at the end: FILE is old or whole, never
+ * half. A second kvc writing the same FILE is refused (a POSIX write lock).
+ *
+ * Resume. With --resume an existing FILE is read back (results.h): its rows are matched by id (expid.h) to
+ * the expanded grid and skipped; the others run and are appended, in grid order. With --per-head an
+ * experiment runs again when any of its (layer, head) rows is missing, and only the missing rows are written. A row whose id is not in
+ * this config (or shard), or whose label differs, is refused: the config changed since FILE was written.
+ * A torn last line (no final newline: a write cut short) is truncated away with a note on stderr. A missing
+ * or empty FILE starts fresh, so one command line serves the first run and every rerun.
+ *
+ * Shards. --shard I/N (1 <= I <= N) keeps the rows at grid positions p (0-based) with p mod N = I-1:
+ * deterministic, interleaved so that slow and fast parameter values spread over the shards.
+ *
+ * List. --list prints the rows of this run (its shard) to stdout, one per line: grid position, id,
+ * experiments.N (the experiment object it expands from), label, separated by tabs; nothing is computed and
+ * no file is written (--out and --resume are refused with it). It validates a config in an instant.
+ *
+ * Progress. When stderr is a terminal, -q is not given and the run has taken more than KVC_PROGRESS_DELAY
+ * seconds (default 1), one line on stderr is rewritten in place: rows done/total, percent, rate, ETA.
+ */
+#ifndef KVC_SWEEP_H
+#define KVC_SWEEP_H
+
+#include "config/config.h"
+#include "eval/evaluate.h"
+#include "report/report.h"
+
+#include <stddef.h>
+
+typedef struct SweepOpts {
+    const char *out;            /* --out FILE, or NULL for stdout */
+    int resume;                 /* --resume */
+    size_t shard_i, shard_n;    /* --shard I/N, 1-based; 0 when not given */
+    int quiet;                  /* -q, --quiet: no progress line, no notes */
+    int list;                   /* --list: print the rows this run would compute, compute nothing */
+} SweepOpts;
+
+/* Takes the sweep option at argv[*i] (--out FILE, --resume, --shard I/N, --list, -q, --quiet; --out=FILE and
+ * --shard=I/N too). Returns 1 when it took one (*i then points at its last word), 0 when argv[*i] is not
+ * a sweep option, -1 with kvc_fail on a missing or bad value. argv[0] is the command ("run"), as messages say. */
+int sweep_option(SweepOpts *o, int argc, char **argv, int *i);
+
+/* Parses "I/N" (1 <= I <= N <= 1000000). Returns 0 or -1 (no kvc_fail). */
+int sweep_parse_shard(const char *s, size_t *i, size_t *n);
+
+typedef struct Sweep Sweep;
+
+/* What main knows about the run. */
+typedef struct SweepInput {
+    const Config *cfg;
+    const char *path;            /* the config file: messages, and the ids read it again (expid.h) */
+    char *const *sets;           /* the --set values */
+    size_t n_sets;
+    Format fmt;                  /* --format, or the default */
+    int fmt_given;               /* --format was given (else the --out name decides) */
+    int per_head;                /* --per-head: each experiment gives L x H rows, (layer, head), layer slowest */
+    size_t L, H;                 /* layers and KV heads (per_head only) */
+} SweepInput;
+
+/* Resolves the format, computes the ids, selects the shard, reads and checks FILE for --resume, opens the
+ * output. Returns NULL with kvc_fail set on a usage or input error (exit 2). */
+Sweep *sweep_open(const SweepOpts *o, const SweepInput *in);
+
+int sweep_wants(const Sweep *s, size_t i);   /* experiment i is in this shard and not yet (all) in FILE */
+
+/* Writes rows[0..n) of experiment i (n = 1, or L x H with --per-head; rows already in FILE are left out)
+ * in one write(2); a table keeps them for the end. Updates the progress line. Returns 0, or -1 with
+ * kvc_fail on a write error (exit 1). */
+int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i);
+
+/* Ends the progress line, so that a message can follow on stderr. */
+void sweep_message(Sweep *s);
+
+/* Finishes and frees: ok != 0 writes the table (stdout, or FILE by rename); ok == 0 drops a table's
+ * temporary file and keeps every CSV/JSONL row written so far. fsyncs FILE. Returns 0, or -1 with kvc_fail
+ * on a write error (exit 1). Safe on NULL. */
+int sweep_close(Sweep *s, int ok);
+
+#endif
