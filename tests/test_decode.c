@@ -19,7 +19,7 @@
 #include "base/attention.h"
 #include "decode/decode.h"
 #include "base/linalg.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "store/store.h"
 #include "base/util.h"
 

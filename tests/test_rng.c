@@ -1,4 +1,4 @@
-/* test_rng.c: unit test of src/data/rng.c (numpy-compatible SeedSequence -> PCG64 -> normal) against numpy
+/* test_rng.c: unit test of src/base/rng.c (numpy-compatible SeedSequence -> PCG64 -> normal) against numpy
  * 1.24.2's own vectors in tests/data/rng/ (seeds 0 and 42), plus seeding edge cases. Run from the
  * project root. Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed.
  *
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/rng.h"
+#include "base/rng.h"
 #include "check.h"
 
 #define DATA "tests/data/rng/"

@@ -1,4 +1,4 @@
-"""test_rng_numpy.py: checks src/data/rng.c against live numpy, bit for bit.
+"""test_rng_numpy.py: checks src/base/rng.c against live numpy, bit for bit.
 
 For several seeds (small, 2^32+7, 2^53, >= 2^64 and a multi-word one that exercises SeedSequence's
 phase 3) it compares 100,000 normals from `build/tests/test_rng --dump SEED 100000` with

@@ -1,4 +1,4 @@
-/* test_tensorio.c: unit tests of src/data/io_npy.c, src/data/io_safetensors.c, src/data/tensorio.c and src/data/half.c with
+/* test_tensorio.c: unit tests of src/io/io_npy.c, src/io/io_safetensors.c, src/io/tensorio.c and src/base/half.c with
  * hand-built files in a fresh temporary directory: every header version and dtype, Fortran order, byte
  * order, and every bad case the readers must refuse (each must fail with a one-line message that names the
  * file and leaves the Tensor zeroed). Writers: round trips, atomicity (nothing left behind on failure).
@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/half.h"
-#include "data/io_npy.h"
-#include "data/io_safetensors.h"
-#include "data/tensorio.h"
+#include "base/half.h"
+#include "io/io_npy.h"
+#include "io/io_safetensors.h"
+#include "io/tensorio.h"
 #include "base/util.h"
 #include "check.h"
 

@@ -20,7 +20,7 @@
 #define KVC_CONFIG_H
 
 #include "methods/methods.h"
-#include "data/tensorio.h"
+#include "io/tensorio.h"
 
 #include <stddef.h>
 

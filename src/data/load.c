@@ -1,7 +1,7 @@
 /* load: data.source "files" (read, check shapes, hand over to a Data) and kvc synth (write them back). See load.h. */
 #include "data/load.h"
-#include "data/io_npy.h"
-#include "data/io_safetensors.h"
+#include "io/io_npy.h"
+#include "io/io_safetensors.h"
 #include "base/util.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * `kvc synth`, which writes the data kvc measures as files plus a config that loads them (README "Data from
  * files").
  *
- * Shapes (every tensor C order; readers: src/data/io_npy.h, src/data/io_safetensors.h; any of F16, BF16, F32, F64 is
+ * Shapes (every tensor C order; readers: src/io/io_npy.h, src/io/io_safetensors.h; any of F16, BF16, F32, F64 is
  * converted exactly to double). A shape is read right-aligned, missing leading dimensions being 1:
  *   keys, values     (T, D), (H, T, D) or (L, H, T, D)          values: the same L, H, T, D as the keys
  *   queries          (D,), (N, D), (Hq, N, D) or (L, Hq, N, D)    L and D as the keys, Hq a multiple of H

@@ -5,7 +5,7 @@
  */
 #include "data/synth.h"
 #include "base/linalg.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "base/util.h"
 
 #include <math.h>

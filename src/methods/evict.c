@@ -20,7 +20,7 @@
  */
 #include "methods/evict.h"
 #include "base/linalg.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "base/util.h"
 
 #include <math.h>

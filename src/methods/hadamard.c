@@ -1,6 +1,6 @@
 /* hadamard: randomized orthonormal Walsh-Hadamard rotation (see hadamard.h). D head dim, T rows. */
 #include "methods/hadamard.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "base/util.h"
 
 #include <math.h>

@@ -16,8 +16,8 @@
  * the text are caught by ASan.
  */
 #include "config/config.h"
-#include "data/io_npy.h"
-#include "data/io_safetensors.h"
+#include "io/io_npy.h"
+#include "io/io_safetensors.h"
 #include "base/util.h"
 
 #include <math.h>

@@ -1,12 +1,12 @@
 /* rng.c: numpy 1.24.2-compatible SeedSequence -> PCG64 -> Generator.random/normal, written from the
  * kvc reference numpy-rng.md (section numbers below refer to it). Portable C11: the 128-bit PCG
  * arithmetic is emulated with 64-bit halves. See rng.h for the API. */
-#include "data/rng.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "data/rng_tables.h"
+#include "base/rng_tables.h"
 
 /* 2.1 SeedSequence constants. */
 #define SS_INIT_A 0x43b0d7e5u

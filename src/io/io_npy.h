@@ -19,7 +19,7 @@
 #ifndef KVC_IO_NPY_H
 #define KVC_IO_NPY_H
 
-#include "data/tensorio.h"
+#include "io/tensorio.h"
 
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* io_safetensors: .safetensors reading (cJSON for the header, strict checks on the chosen tensor) and
  * writing. See io_safetensors.h for what is accepted. */
 #define _FILE_OFFSET_BITS 64
-#include "data/io_safetensors.h"
+#include "io/io_safetensors.h"
 
 #include "base/util.h"
 

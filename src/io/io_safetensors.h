@@ -20,7 +20,7 @@
 #ifndef KVC_IO_SAFETENSORS_H
 #define KVC_IO_SAFETENSORS_H
 
-#include "data/tensorio.h"
+#include "io/tensorio.h"
 
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* io_npy: .npy reading (a strict grammar for the header dict, never an eval) and writing (np.save's exact
  * bytes for float64). See io_npy.h for what is accepted. */
 #define _FILE_OFFSET_BITS 64
-#include "data/io_npy.h"
+#include "io/io_npy.h"
 
 #include "base/util.h"
 

@@ -1,5 +1,5 @@
 /* half: binary16 and bfloat16 to double by assembling the double's bits (see half.h). */
-#include "data/half.h"
+#include "base/half.h"
 
 #include <string.h>
 

@@ -2,11 +2,11 @@
  * file size, overflow-checked shapes, chunked decoding (byte order, Fortran order, finiteness) and atomic
  * output. It knows no file format itself. */
 #define _FILE_OFFSET_BITS 64
-#include "data/tensorio.h"
+#include "io/tensorio.h"
 
-#include "data/half.h"
-#include "data/io_npy.h"
-#include "data/io_safetensors.h"
+#include "base/half.h"
+#include "io/io_npy.h"
+#include "io/io_safetensors.h"
 #include "base/util.h"
 
 #include <assert.h>
