@@ -135,10 +135,12 @@ def place_labels(front, w, h):
     """`set label` commands for the front's points: each label takes the first of a few positions around
     its point that overlaps no label placed before, no point and no step of the front, and sits nearer to
     its own point than to any other (positions estimated in pixels)."""
-    pw, ph = w - 330.0, h - 150.0   # the plot area, roughly: margins, title and the key outside
+    # the plot area, roughly: the y tick labels and label (85 px), the key outside on the right (about 8.2 px
+    # a character of its longest entry, plus the sample and margins), title, guide labels and x labels
+    pw, ph = w - 215.0 - 8.2 * max(len(t) for t in key_titles), h - 135.0
     px = lambda p: (xaxis.fraction(p[1]) * pw, yaxis.fraction(p[2]) * ph)
     cw, chh = 8.0, 16.0             # one character of the 12 pt font, the unit of `offset`
-    lw, lh = 5.6, 12.0              # width of one character and height of a 9 pt label
+    lw, lh = 6.2, 12.0              # width of one character and height of a 9 pt label
     fpx = [px(p) for p in front]
     boxes = [(x - 9, y - 9, x + 9, y + 9) for x, y in fpx]
     boxes += [(x - 5, y - 5, x + 5, y + 5) for x, y in map(px, allp)]
@@ -162,7 +164,7 @@ def place_labels(front, w, h):
             box = (bx, by, bx + tw, by + lh)
             over = sum(max(0, min(box[2], b[2]) - max(box[0], b[0])) * max(0, min(box[3], b[3]) - max(box[1], b[1]))
                        for b in boxes)
-            if box[2] > pw or box[0] < 0 or box[1] < 0 or box[3] > ph:
+            if box[2] > pw - 8 or box[0] < 8 or box[1] < 0 or box[3] > ph:
                 over += 1e6          # would leave the plot
             # the end of the label next to its point must be nearer to that point than to any other
             ex, ey = (box[0] if dx > 0 else box[2]), by + lh / 2
@@ -193,6 +195,8 @@ for k, (gx, text) in enumerate(guides):
              % (k + 1, gx, gx, "#707070" if text == "FP16" else "#a0a0a0"))
     g.append("set label %d %s at %r, graph 1 center offset 0,0.7 font ',9' tc rgb '#606060'"
              % (len(front) + k + 1, q(text), gx))
+key_titles = ["  " + m for m in methods] + ["Pareto front"] + [
+    "oracle bound (%s)" % ", ".join(sorted({p[0] for p in oracle}))] * bool(oracle)
 if opts["labels"]:
     g.extend(place_labels(front, w, h))
 # the data, one datablock per series
@@ -212,9 +216,8 @@ for k, m in enumerate(methods):
     plots.append("$m%d using 1:2 with points pt %d ps 1.5 lc rgb '%s' title %s"
                  % (k, s["marker"], s["colour"], q("  " + m)))
 if oracle:
-    names = sorted({p[0] for p in oracle})
     plots.append("$oracle using 1:2 with linespoints dt 2 lw 2 pt 6 ps 1.2 lc rgb '%s' title %s"
-                 % (plotlib.family_colour(plotlib.ORACLE), q("oracle bound (%s)" % ", ".join(names))))
+                 % (plotlib.family_colour(plotlib.ORACLE), q(key_titles[-1])))
 if front:
     plots.append("$front using 1:2 with %s lw 1.5 lc rgb 'black' title \"Pareto front\""
                  % ("fsteps" if x_ratio else "steps"))
