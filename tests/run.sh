@@ -86,7 +86,7 @@ fi
 jobs=${KVC_TEST_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)}
 while [ $# -gt 0 ]; do
     case "$1" in
-        -j) jobs=$2; shift 2 ;;
+        -j) jobs=${2:-}; shift; [ $# -gt 0 ] && shift ;;
         -j*) jobs=${1#-j}; shift ;;
         -*) echo "usage: tests/run.sh [-j N] [TEST...]" >&2; exit 2 ;;
         *) break ;;
