@@ -62,9 +62,11 @@ $(BUILD)/tests/%: tests/%.c $(LIBOBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJ) $(LDFLAGS) $(LDLIBS)
 
-# The runner's last line is "N passed, N failed"; it exits non-zero on any failure.
+# tests/run.sh runs the tests in its manifest, TEST_JOBS at a time (default: one per CPU; tests/README.md). Its last
+# line is "N passed, N failed" (", K skipped" added when a check could not run here); it exits non-zero on any failure.
+TEST_JOBS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 test: $(BIN) $(TESTBIN)
-	PY=$(PY) tests/run.sh
+	PY=$(PY) tests/run.sh -j $(TEST_JOBS)
 
 # make sanitize: kvc and the unit tests built with ASan+UBSan into build-san/ (build-san/kvc), then the whole
 # suite run against them (tests/run.sh takes the binaries from $$KVC and $$KVC_TESTBIN; a leak or a sanitizer

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 
+import checks
 import oracle
 
 KVC = os.environ.get("KVC", "./kvc")
@@ -120,24 +121,18 @@ def check_config(tmp, name, cfg, per_head=False, orows=None, timeout=120):
 
 
 def check_all(tmp, configs, prefix="", per_head_suffix=True, show_rows=False, timeout=120):
-    """check_config for each (name, cfg, per_head): one PASS/FAIL line each, named PREFIX + name (+ "-per-head"
-    for per-head configs when per_head_suffix), with the row count on PASS when show_rows. Returns the failures."""
-    failed = 0
+    """check_config for each (name, cfg, per_head): one PASS/FAIL line each (tests/checks.py), named PREFIX + name
+    (+ "-per-head" for per-head configs when per_head_suffix), with the row count on PASS when show_rows."""
     for name, cfg, per_head in configs:
         test = prefix + name + ("-per-head" if per_head and per_head_suffix else "")
         why, n_rows = check_config(tmp, name, cfg, per_head, timeout=timeout)
-        if why:
-            failed += 1
-            print("FAIL %s: %s" % (test, why))
-        else:
-            print("PASS %s (%d rows)" % (test, n_rows) if show_rows else "PASS %s" % test)
-    return failed
+        checks.report("%s (%d rows)" % (test, n_rows) if show_rows and why is None else test, why)
 
 
-def finish(tmp, failed):
+def finish(tmp):
     """Keeps the configs (and says where) when a check failed, else removes them; the exit status."""
-    if failed:
+    if checks.failed:
         print("configs kept in %s" % tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    return checks.status()

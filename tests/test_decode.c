@@ -22,22 +22,12 @@
 #include "base/rng.h"
 #include "store/store.h"
 #include "base/util.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-static void check(int ok, const char *name, const char *why)
-{
-    if (ok) printf("PASS %s\n", name);
-    else {
-        printf("FAIL %s: %s\n", name, why);
-        failures++;
-    }
-}
 
 typedef struct Case {
     size_t L, Hkv, G, T, D;
@@ -149,7 +139,7 @@ static float *run(const Case *c, DecodeImpl impl, int threads, DecodeMode mode)
     Decoder *d = decoder_create(&dc, c->Hkv * c->G, threads, impl);
     if (!d) {
         printf("FAIL decoder-create: %s\n", kvc_errmsg());
-        failures++;
+        check_failures++;
         return NULL;
     }
     size_t n = c->L * c->Hkv * c->G * c->D;
@@ -191,7 +181,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         if (e > worst_err[impl]) worst_err[impl] = e;
         snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double", impl_name[impl], kname, vname, T, D, G);
         snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
-        check(e < DECODE_TOL, name, why);
+        check(e < DECODE_TOL, name, "%s", why);
     }
     if (o[0] && o[1]) {
         double num = 0, den = 0;
@@ -202,7 +192,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         double e = den == 0 ? sqrt(num) : sqrt(num / den);
         snprintf(name, sizeof name, "decode-fused-vs-ref-%s/%s-T%zu-D%zu-G%zu", kname, vname, T, D, G);
         snprintf(why, sizeof why, "relative difference %.3g > %g", e, DECODE_TOL);
-        check(e < DECODE_TOL, name, why);
+        check(e < DECODE_TOL, name, "%s", why);
     }
     if (threads_check && o[0]) {
         int same = 1;
@@ -221,7 +211,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         }
         snprintf(name, sizeof name, "decode-keys-mode-max-score-%s-T%zu-D%zu-G%zu", kname, T, D, G);
         snprintf(why, sizeof why, "max score off by %.3g", worst);
-        check(ok && worst < DECODE_TOL, name, why);
+        check(ok && worst < DECODE_TOL, name, "%s", why);
         free(ok);
     }
     for (int impl = 0; impl < 3; impl++) free(o[impl]);
@@ -335,7 +325,7 @@ static float *krun(const KCase *c, DecodeImpl impl, int threads, DecodeMode mode
     Decoder *d = decoder_create(&dc, c->Hkv * c->G, threads, impl);
     if (!d) {
         printf("FAIL decoder-create-kivi: %s\n", kvc_errmsg());
-        failures++;
+        check_failures++;
         return NULL;
     }
     size_t n = c->L * c->Hkv * c->G * c->D;
@@ -375,7 +365,7 @@ static void run_intn(const char *what, StoreFormat kf, StoreFormat vf, size_t L,
         if (e > worst_err[impl]) worst_err[impl] = e;
         snprintf(name, sizeof name, "decode-%s-%s-vs-double", impl_name[impl], tag);
         snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
-        check(e < DECODE_TOL, name, why);
+        check(e < DECODE_TOL, name, "%s", why);
     }
     if (o[0] && o[1]) {
         double num = 0, den = 0;
@@ -386,7 +376,7 @@ static void run_intn(const char *what, StoreFormat kf, StoreFormat vf, size_t L,
         double e = den == 0 ? sqrt(num) : sqrt(num / den);
         snprintf(name, sizeof name, "decode-fused-vs-ref-%s", tag);
         snprintf(why, sizeof why, "relative difference %.3g > %g", e, DECODE_TOL);
-        check(e < DECODE_TOL, name, why);
+        check(e < DECODE_TOL, name, "%s", why);
     }
     if (more && o[0]) {
         float *o2 = krun(&c, DECODE_FUSED, 2, DECODE_FULL, 0);
@@ -399,7 +389,7 @@ static void run_intn(const char *what, StoreFormat kf, StoreFormat vf, size_t L,
         snprintf(name, sizeof name, "decode-keys-mode-max-score-%s", tag);
         snprintf(why, sizeof why, "max score off by %.3g (full cache), %.3g (keys only), %.3g (keys only, ref)", e1,
                  e2, e3);
-        check(e1 < DECODE_TOL && e2 < DECODE_TOL && e3 < DECODE_TOL, name, why);
+        check(e1 < DECODE_TOL && e2 < DECODE_TOL && e3 < DECODE_TOL, name, "%s", why);
         snprintf(name, sizeof name, "decode-keys-only-cache-same-max-%s", tag);
         check(k1 && k2 && memcmp(k1, k2, n * sizeof *k1) == 0, name, "keys-only cache's key mode differs from the full cache's");
         free(k1), free(k2), free(k3);
@@ -495,11 +485,11 @@ static void kivi_tests(void)
     DecodeCache dc = kcache(&c, 0);
     dc.Kr = NULL;
     check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "residual"), "decode-rejects-residual-without-kr",
-          kvc_errmsg());
+          "%s", kvc_errmsg());
     dc = kcache(&c, 0);
     dc.Tr = 11;
     check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "Kr"), "decode-rejects-residual-bad-shape",
-          kvc_errmsg());
+          "%s", kvc_errmsg());
     dc = kcache(&c, 1);
     dc.Vr = c.Vr;
     check(decoder_create(&dc, 1, 1, DECODE_FUSED) == NULL, "decode-rejects-vr-without-v", "accepted");
@@ -516,7 +506,7 @@ static void kivi_tests(void)
     check(decode_time_pair(&na, &nb, &ak, &bk, 1, c.q, 1, 2, DECODE_KEYS) == 0 && na > 0 && nb > 0,
           "decode-time-pair-keys-only", "no positive times");
     check(decode_time_pair(&na, &nb, &ak, &b, 1, c.q, 1, 2, DECODE_FULL) == -1 && strstr(kvc_errmsg(), "keys-only"),
-          "decode-time-pair-rejects-full-on-keys-only", kvc_errmsg());
+          "decode-time-pair-rejects-full-on-keys-only", "%s", kvc_errmsg());
     check(decode_time_pair(&na, &nb, &a, &b, 0, c.q, 1, 3, DECODE_FULL) == -1, "decode-time-pair-rejects-bad-heads",
           "accepted Hq = 0");
     b.Tr = 5;
@@ -586,12 +576,12 @@ int main(void)
     case_init(&c, "f16", "f16", 1, 2, 1, 4, 64, 1);
     DecodeCache dc = {1, 2, 4, 64, c.K, c.V, 0, NULL, NULL};
     check(decoder_create(&dc, 3, 1, DECODE_FUSED) == NULL && strstr(kvc_errmsg(), "multiple of the 2 KV heads"),
-          "decode-rejects-hq-not-multiple", kvc_errmsg());
-    check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", kvc_errmsg());
+          "decode-rejects-hq-not-multiple", "%s", kvc_errmsg());
+    check(decoder_create(&dc, 2, 0, DECODE_FUSED) == NULL, "decode-rejects-zero-threads", "%s", kvc_errmsg());
     case_free(&c);
     kivi_tests();
     intn_tests();
     printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
            decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -5,8 +5,8 @@ For each config (the lesson, the practice, a small multi-head config with RoPE, 
 --per-head rows, and configs/sweep-pareto.json with every method family), kvc's output must be the same bytes
   - across repeated runs,
   - with OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) = 1 and = 2 (kvc pins OpenBLAS to one thread; this checks
-    that the environment cannot change a result), and with --threads 1 and 2 once kvc run has that option,
-  - with stdout a pipe, stdout a regular file, and (when kvc has --out) rows written by --out,
+    that the environment cannot change a result), and with kvc run --threads 1 and 2,
+  - with stdout a pipe, stdout a regular file, and rows written by --out,
   - in another working directory and under another locale (LC_ALL=C.UTF-8).
 Timing columns are not part of the contract: columns named decode_ns or decode_speedup (CSV) and keys of those
 names (JSONL) are dropped before comparing, if present. The id column is compared (it must be stable too).
@@ -107,11 +107,6 @@ def first_difference(a, b):
     return "lengths %d vs %d" % (len(a), len(b))
 
 
-def run_help():
-    rc, out, _ = run(["run", "--help"])
-    return out.decode("utf-8", "replace") if rc == 0 else ""
-
-
 def check_config(name, cfg, fmt, extra, out_option, threads_option=False):
     args = ["run", cfg, "--format", fmt] + extra
     rc, ref, err = run(args)
@@ -128,7 +123,7 @@ def check_config(name, cfg, fmt, extra, out_option, threads_option=False):
         ("locale-C.UTF-8", {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, None, None),
         ("other-cwd", {}, None, TMP),
     ]
-    if threads_option:             # kvc run --threads N (when it has it): 1 and 2 threads give the same bytes
+    if threads_option:             # kvc run --threads N: 1 and 2 threads give the same bytes
         variants += [("threads-1", {}, None, None, ["--threads", "1"]),
                      ("threads-2", {}, None, None, ["--threads", "2"])]
     for variant in variants:
@@ -161,15 +156,12 @@ def main():
     multi = os.path.join(TMP, "multi.json")
     with open(multi, "w") as fh:
         json.dump(MULTI, fh)
-    help_text = run_help()
-    out_option, threads = "--out" in help_text, "--threads" in help_text
-    check_config("lesson", "configs/lesson.json", "csv", [], out_option, threads)
-    check_config("practice", "configs/practice.json", "jsonl", [], out_option, threads)
-    check_config("multi", multi, "csv", [], out_option, threads)
-    check_config("multi-per-head", multi, "jsonl", ["--per-head"], out_option)   # no timing: no --threads
+    check_config("lesson", "configs/lesson.json", "csv", [], True, True)
+    check_config("practice", "configs/practice.json", "jsonl", [], True, True)
+    check_config("multi", multi, "csv", [], True, True)
+    check_config("multi-per-head", multi, "jsonl", ["--per-head"], True)   # no timing: no --threads
     check_config("lesson-table", "configs/lesson.json", "table", [], False)
-    if os.path.exists("configs/sweep-pareto.json"):   # every method family
-        check_config("sweep-pareto", "configs/sweep-pareto.json", "csv", [], out_option, threads)
+    check_config("sweep-pareto", "configs/sweep-pareto.json", "csv", [], True, True)   # every method family
     return checks.status()
 
 

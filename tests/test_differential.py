@@ -19,8 +19,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import difftools  # noqa: E402
 import oracle  # noqa: E402
+from checks import report  # noqa: E402
 
 N_CONFIGS = 30
 KEYS_ONLY = {3, 4, 17}          # configs with keys only (no values, no query)
@@ -185,22 +187,17 @@ def make_configs():
 
 
 def main():
-    failed = 0
     try:
         configs = make_configs()
     except Exception as e:  # noqa: BLE001
-        print("FAIL diff-generate: oracle raised %s: %s" % (type(e).__name__, e))
-        return 1
+        report("diff-generate", "oracle raised %s: %s" % (type(e).__name__, e))
+        return checks.status()
     tmp = tempfile.mkdtemp(prefix="kvc-diff-")
     for i, (cfg, orows) in enumerate(configs):
         name = "diff-%d" % i
         why, _ = difftools.check_config(tmp, name, cfg, orows=orows, timeout=300)
-        if why:
-            failed += 1
-            print("FAIL %s: %s" % (name, why))
-        else:
-            print("PASS %s" % name)
-    return difftools.finish(tmp, failed)
+        report(name, why)
+    return difftools.finish(tmp)
 
 
 if __name__ == "__main__":

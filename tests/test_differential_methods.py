@@ -19,8 +19,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import difftools  # noqa: E402
 import oracle  # noqa: E402
+from checks import report  # noqa: E402
 import test_differential_multi as tdm  # noqa: E402
 
 N_RANDOM = 30
@@ -257,7 +259,6 @@ def make_configs():
 
 def self_checks(tmp):
     """kvc against itself: one-step pipelines equal their method; random's draws nest across budgets."""
-    failed = 0
     single = [{"method": "window", "keep_ratio": 0.3}, {"method": "h2o", "budget": 20}, {"method": "snapkv", "budget": 20},
               {"method": "tova", "budget": 20}, {"method": "knorm", "budget": 20}, {"method": "random", "budget": 20},
               {"method": "topk_attention", "budget": 20}, {"method": "sink_window", "window": 20},
@@ -277,8 +278,7 @@ def self_checks(tmp):
         got, err = difftools.kvc_csv(path, per_head)
         name = "pipeline-one-step-equals-method" + ("-per-head" if per_head else "")
         if err:
-            print("FAIL %s: %s" % (name, err))
-            failed += 1
+            report(name, err)
             continue
         header, rows = got
         cols = [c for c in header if c not in ("method", "id", "decode_ns", "decode_speedup")]   # timing varies
@@ -288,8 +288,7 @@ def self_checks(tmp):
             for j in range(per):
                 a, b = rows[k * per + j], rows[(k + 1) * per + j]
                 bad += ["%s %s: %s vs %s" % (a["label"], c, a[c], b[c]) for c in cols if a[c] != b[c]]
-        print(("PASS %s" % name) if not bad else "FAIL %s: %s" % (name, "; ".join(bad[:difftools.MAX_SHOWN])))
-        failed += bool(bad)
+        report(name, "; ".join(bad[:difftools.MAX_SHOWN]) if bad else None)
     # random with a seed above 2^64 (its words start the method's own SeedSequence entropy)
     data = dict(BASE, layers=1, kv_heads=2, q_heads=2, tokens=40)
     p = os.path.join(tmp, "random.json")
@@ -302,21 +301,19 @@ def self_checks(tmp):
         orows = oracle.run_config(dict(c, seed=12345678901234567890), True)
         if err or difftools.compare(got[1], got[0], orows, oracle.PER_HEAD_COLUMNS):
             ok = False
-    print("PASS random-big-seed" if ok else "FAIL random-big-seed: kvc and the oracle disagree for a seed above 2^64")
-    failed += not ok
-    return failed
+    report("random-big-seed", None if ok else "kvc and the oracle disagree for a seed above 2^64")
 
 
 def main():
     try:
         configs = make_configs()
     except Exception as e:  # noqa: BLE001
-        print("FAIL methods-generate: oracle raised %s: %s" % (type(e).__name__, e))
-        return 1
+        report("methods-generate", "oracle raised %s: %s" % (type(e).__name__, e))
+        return checks.status()
     tmp = tempfile.mkdtemp(prefix="kvc-methods-")
-    failed = difftools.check_all(tmp, configs, show_rows=True)
-    failed += self_checks(tmp)
-    return difftools.finish(tmp, failed)
+    difftools.check_all(tmp, configs, show_rows=True)
+    self_checks(tmp)
+    return difftools.finish(tmp)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import difftools  # noqa: E402
 import oracle  # noqa: E402
+from checks import report  # noqa: E402
 import test_differential as td  # noqa: E402
 
 N_RANDOM = 24
@@ -181,10 +183,11 @@ def main():
     try:
         configs = make_configs()
     except Exception as e:  # noqa: BLE001
-        print("FAIL multi-generate: oracle raised %s: %s" % (type(e).__name__, e))
-        return 1
+        report("multi-generate", "oracle raised %s: %s" % (type(e).__name__, e))
+        return checks.status()
     tmp = tempfile.mkdtemp(prefix="kvc-multi-")
-    return difftools.finish(tmp, difftools.check_all(tmp, configs))
+    difftools.check_all(tmp, configs)
+    return difftools.finish(tmp)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import difftools  # noqa: E402
 import oracle  # noqa: E402
+from checks import report  # noqa: E402
 import test_differential_multi as tdm  # noqa: E402
 
 N_RANDOM = 8
@@ -146,11 +148,11 @@ def main():
     try:
         configs = fixed_configs() + random_configs()
     except Exception as e:  # noqa: BLE001
-        print("FAIL quant-generate: oracle raised %s: %s" % (type(e).__name__, e))
-        return 1
+        report("quant-generate", "oracle raised %s: %s" % (type(e).__name__, e))
+        return checks.status()
     tmp = tempfile.mkdtemp(prefix="kvc-quant-")
-    failed = difftools.check_all(tmp, configs, prefix="quant-", per_head_suffix=False, show_rows=True, timeout=300)
-    return difftools.finish(tmp, failed)
+    difftools.check_all(tmp, configs, prefix="quant-", per_head_suffix=False, show_rows=True, timeout=300)
+    return difftools.finish(tmp)
 
 
 if __name__ == "__main__":

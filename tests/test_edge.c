@@ -11,6 +11,7 @@
 #include "methods/methods.h"
 #include "data/synth.h"
 #include "base/util.h"
+#include "check.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -20,24 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        return;
-    }
-    failures++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
 
 static uint64_t lcg_state = 7;
 static double lcg(void)   /* [-1, 1) */
@@ -341,5 +324,5 @@ int main(void)
     test_lowrank();
     test_evict_all();
     test_data_check();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -12,17 +12,10 @@ import subprocess
 import sys
 import tempfile
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 KVC = os.environ.get("KVC", "./kvc")
-failures = 0
-
-
-def result(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
 
 
 def fnv1a(data: bytes, h: int = 0xCBF29CE484222325) -> int:
@@ -119,24 +112,24 @@ def check(name, cfg):
     try:
         p = subprocess.run([KVC, "run", path, "--format", "jsonl"], capture_output=True, text=True)
         if p.returncode != 0:
-            result(False, name, f"exit {p.returncode}: {p.stderr.strip()}")
+            report(name, f"exit {p.returncode}: {p.stderr.strip()}")
             return
         rows = [json.loads(line) for line in p.stdout.splitlines()]
         want = expected_ids(cfg, rows)
         got = [r["id"] for r in rows]
         bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
-        result(not bad and len(got) == len(want), name, f"first mismatches (row, kvc, oracle): {bad[:3]}")
+        report(name, None if not bad and len(got) == len(want) else f"first mismatches (row, kvc, oracle): {bad[:3]}")
         csv_ids = subprocess.run([KVC, "run", path, "--format", "csv"], capture_output=True, text=True).stdout
         csv_ids = [line.rsplit(",", 1)[1] for line in csv_ids.splitlines()[1:]]
-        result(csv_ids == got, name + "-csv-equals-jsonl", f"{csv_ids[:2]} vs {got[:2]}")
+        report(name + "-csv-equals-jsonl", None if csv_ids == got else f"{csv_ids[:2]} vs {got[:2]}")
         # --per-head rows: the experiment's id, its FNV state continued with "layer=L\nhead=H\n"
         p = subprocess.run([KVC, "run", path, "--format", "jsonl", "--per-head"], capture_output=True, text=True)
         heads = [json.loads(line) for line in p.stdout.splitlines()]
         per = len(heads) // max(len(rows), 1)
         want_h = ["%016x" % fnv1a(f"layer={r['layer']}\nhead={r['head']}\n".encode(), int(want[k // per], 16))
                   for k, r in enumerate(heads)]
-        result(p.returncode == 0 and heads and [r["id"] for r in heads] == want_h, name + "-per-head",
-               f"exit {p.returncode} {p.stderr.strip()[:200]}")
+        report(name + "-per-head", None if p.returncode == 0 and heads and [r["id"] for r in heads] == want_h
+               else f"exit {p.returncode} {p.stderr.strip()[:200]}")
     finally:
         os.unlink(path)
 
@@ -178,4 +171,4 @@ check("expid-methods", {
     ]})
 check("expid-keys-only", {"data": {"tokens": 9, "head_dim": 2, "keys": {"generator": "normal"}},
                           "experiments": [{"method": "quantize", "apply_to": "k"}]})
-sys.exit(1 if failures else 0)
+sys.exit(checks.status())

@@ -16,20 +16,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import ggml_ref  # noqa: E402
+from checks import report  # noqa: E402
 
 HELPER = os.environ.get("QUANT_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_quant"))
 TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "f16", "bf16")
-failures = 0
-
-
-def report(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
 
 
 def block_rows():
@@ -100,8 +92,8 @@ def first_diff(a, b, bs):
 
 def main():
     if not os.path.exists(HELPER):
-        print(f"FAIL ggml-helper: {HELPER} not built (run make)")
-        return 1
+        report("ggml-helper", f"{HELPER} not built (run make)")
+        return checks.status()
     x = block_rows()
     T, W = x.shape
     for kind in TYPES:
@@ -112,23 +104,24 @@ def main():
         why = "" if d is None else "block %d: kvc %s, definition %s" % d
         if len(got) != len(want):
             why = f"kvc wrote {len(got)} bytes, definition {len(want)}"
-        report(got == want, f"ggml-{kind}-bytes-{T}x{W}", why)
+        report(f"ggml-{kind}-bytes-{T}x{W}", None if got == want else why)
         back = ggml_ref.dequantize(kind, want, T, W)
         same = np.array_equal(vals.view(np.uint32), back.view(np.uint32))
         bad = np.argwhere(vals.view(np.uint32) != back.view(np.uint32))
-        report(same, f"ggml-{kind}-read-back", "" if same else f"first at {bad[0]}: {vals[tuple(bad[0])]!r} "
-                                                                 f"vs {back[tuple(bad[0])]!r}")
+        report(f"ggml-{kind}-read-back", None if same else f"first at {bad[0]}: {vals[tuple(bad[0])]!r} "
+                                                            f"vs {back[tuple(bad[0])]!r}")
     # the iq4_nl rule for all-zero blocks, directly: d = 0 and the previous block's nibbles (first: 0)
     raw = ggml_ref.quantize("iq4_nl", x)
     blk = np.frombuffer(raw, dtype=np.uint8).reshape(T, 2, 18)
     zi = [i for i in range(T) if not np.any(x[i, 32:])]
     ok = all(blk[i, 1, 0] == 0 and blk[i, 1, 1] == 0 and (blk[i, 1, 2:] == blk[i, 0, 2:]).all() for i in zi)
-    report(ok and len(zi) >= 2, "ggml-iq4_nl-zero-block-repeats-nibbles", f"rows {zi}")
+    report("ggml-iq4_nl-zero-block-repeats-nibbles", None if ok and len(zi) >= 2 else f"rows {zi}")
     # q4_0 all-zero block stores d = -0.0 (0x8000), q4_1 d = 0 and m = 0
     zrow = [i for i in range(T) if not np.any(x[i])][0]
     q4 = np.frombuffer(ggml_ref.quantize("q4_0", x[zrow:zrow + 1]), dtype=np.uint8)
-    report(q4[0] == 0x00 and q4[1] == 0x80, "ggml-q4_0-zero-block-negative-zero-scale", q4[:2].tobytes().hex())
-    return 1 if failures else 0
+    report("ggml-q4_0-zero-block-negative-zero-scale",
+           None if q4[0] == 0x00 and q4[1] == 0x80 else q4[:2].tobytes().hex())
+    return checks.status()
 
 
 if __name__ == "__main__":

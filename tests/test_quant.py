@@ -18,20 +18,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402  (tests/checks.py: PASS/FAIL lines)
 import oracle_quant as oq  # noqa: E402
+from checks import report  # noqa: E402
 
 HELPER = os.environ.get("QUANT_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_quant"))
 SEED = 7          # the helper's seed for rotate "hadamard"
-failures = 0
-
-
-def report(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
 
 
 # ---------------------------------------------------------------- intN packing
@@ -110,7 +102,7 @@ def test_intn():
                             if out[:len(raw)] != raw or out[len(raw):len(raw) + len(params)] != params or \
                                     not np.array_equal(got_v, vals):
                                 bad.append(f"T{T} W{W} bits{bits} asym{asym} {axis} g{group} {scale}")
-    report(not bad, f"intn-codes-params-values-{n}-formats", "; ".join(bad[:4]))
+    report(f"intn-codes-params-values-{n}-formats", None if not bad else "; ".join(bad[:4]))
 
 
 # ---------------------------------------------------------------- methods, element by element
@@ -191,12 +183,12 @@ def test_methods():
         why = compare(f"{m} {p}", m, K, V, p)
         if why:
             bad.append(why)
-    report(not bad, f"methods-bit-exact-{len(cases)}-cases", "; ".join(bad[:3]))
+    report(f"methods-bit-exact-{len(cases)}-cases", None if not bad else "; ".join(bad[:3]))
     # keys only
     bad = [w for w in (compare("kivi keys only", "kivi", K, None, dict(residual=5)),
                        compare("quantize keys only", "quantize", K, None, dict(apply_to="k", bits=5)))
            if w]
-    report(not bad, "methods-keys-only", "; ".join(bad))
+    report("methods-keys-only", None if not bad else "; ".join(bad))
 
 
 def tie_values(kind):
@@ -230,11 +222,12 @@ def test_cast_ties():
         if fmt == "f16":
             X = X[np.all(np.abs(X) < 65520, axis=1)]   # f16 overflows to infinity, which attention can't take
         why = compare(f"cast {fmt}", "cast", X, None, dict(format=fmt, scale="none", apply_to="k"))
-        report(why is None, f"cast-{fmt}-every-code-and-tie-{X.size}-values", why or "")
+        report(f"cast-{fmt}-every-code-and-tie-{X.size}-values", why)
     # the oracle's FP8 table itself: 256 codes decoded from sign/exponent/mantissa, 127 finite positive each
-    report(len(oq.FP8["fp8_e4m3"]) == 127 and oq.FP8["fp8_e4m3"][-1] == 448.0 and
-           len(oq.FP8["fp8_e5m2"]) == 124 and oq.FP8["fp8_e5m2"][-1] == 57344.0, "cast-fp8-code-table",
-           "e4m3: 127 finite positive codes up to 448; e5m2: 124 up to 57344")
+    report("cast-fp8-code-table",
+           None if len(oq.FP8["fp8_e4m3"]) == 127 and oq.FP8["fp8_e4m3"][-1] == 448.0 and
+           len(oq.FP8["fp8_e5m2"]) == 124 and oq.FP8["fp8_e5m2"][-1] == 57344.0
+           else "e4m3: 127 finite positive codes up to 448; e5m2: 124 up to 57344")
 
 
 def test_hadamard_oracle():
@@ -246,15 +239,15 @@ def test_hadamard_oracle():
         s = oq.hadamard_signs(SEED, D)
         R = (s[:, None] * H) / np.sqrt(D)
         ok = ok and np.allclose(R @ R.T, np.eye(D), atol=1e-15)
-    report(ok, "hadamard-oracle-is-sylvester-orthonormal", "wht(I) != H or R R^T != I")
+    report("hadamard-oracle-is-sylvester-orthonormal", None if ok else "wht(I) != H or R R^T != I")
 
 
 if __name__ == "__main__":
     if not os.path.exists(HELPER):
-        print(f"FAIL quant-helper: {HELPER} not built (run make)")
-        sys.exit(1)
+        report("quant-helper", f"{HELPER} not built (run make)")
+        sys.exit(checks.status())
     test_intn()
     test_methods()
     test_cast_ties()
     test_hadamard_oracle()
-    sys.exit(1 if failures else 0)
+    sys.exit(checks.status())

@@ -12,6 +12,9 @@ import sys
 
 import numpy as np
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 BIN = os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_rng")   # make sanitize: build-san/tests
 N = 100_000
 SEEDS = [0, 42, 2**32 + 7, 12345678901234567890123, 2**53,
@@ -38,19 +41,12 @@ def check(seed):
 
 
 def main():
-    fails = 0
     if not os.access(BIN, os.X_OK):
-        print("FAIL numpy_normal: %s is missing (build it: make %s; run from the project root)"
-              % (BIN, BIN))
-        return 1
+        report("numpy_normal", "%s is missing (build it: make %s; run from the project root)" % (BIN, BIN))
+        return checks.status()
     for seed in SEEDS:
-        name, why = check(seed)
-        if why:
-            fails += 1
-            print("FAIL %s: %s" % (name, why))
-        else:
-            print("PASS %s" % name)
-    return 1 if fails else 0
+        report(*check(seed))
+    return checks.status()
 
 
 if __name__ == "__main__":

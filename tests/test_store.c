@@ -11,22 +11,12 @@
  */
 #include "store/store.h"
 #include "base/util.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-static void check(int ok, const char *name, const char *why)
-{
-    if (ok) printf("PASS %s\n", name);
-    else {
-        printf("FAIL %s: %s\n", name, why);
-        failures++;
-    }
-}
 
 static double lcg_normal(uint64_t *s)
 {
@@ -88,14 +78,14 @@ static void test_bytes(void)
             }
             store_free(&st);
         }
-    check(ok, "store-bytes-match-buffers", why);
+    check(ok, "store-bytes-match-buffers", "%s", why);
     /* q formats reject a head dim that is not a multiple of 32 */
     StoreFormat f;
     store_format_parse(&f, "q4_0", "test");
     check(store_check(f, 4, 48, "k") == -1 && strstr(kvc_errmsg(), "multiple of 32"), "store-q-needs-32",
-          kvc_errmsg());
+          "%s", kvc_errmsg());
     check(store_format_parse(&f, "int5", "--formats") == -1 && strstr(kvc_errmsg(), "unknown format"),
-          "store-parse-unknown", kvc_errmsg());
+          "store-parse-unknown", "%s", kvc_errmsg());
     check(store_format_parse(&f, "f16ch", "--formats") == -1, "store-parse-ch-only-int", "f16ch accepted");
 }
 
@@ -130,7 +120,7 @@ static void test_zero_groups(void)
         }
         store_free(&st);
     }
-    check(ok, "store-all-zero-groups", why);
+    check(ok, "store-all-zero-groups", "%s", why);
     free(x);
     free(y);
 }
@@ -174,7 +164,7 @@ static void test_f32_f64(void)
         store_free(&a);
         store_free(&b);
     }
-    check(ok, "store-f32-f64-agree", why);
+    check(ok, "store-f32-f64-agree", "%s", why);
     free(xd);
     free(yd);
     free(xf);
@@ -220,8 +210,8 @@ static void test_half_paths(void)
                 }
             }
     }
-    check(ok16, "store-f16-fast-equals-exact", why);
-    check(okbf, "store-bf16-fast-equals-exact", why);
+    check(ok16, "store-f16-fast-equals-exact", "%s", why);
+    check(okbf, "store-bf16-fast-equals-exact", "%s", why);
 
     int ok = 1;
     for (uint32_t h = 0; h < 65536; h++) {
@@ -278,7 +268,7 @@ static void test_int_codes(void)
             }
         store_free(&st);
     }
-    check(ok, "store-int-codes-in-range", why);
+    check(ok, "store-int-codes-in-range", "%s", why);
     free(x);
     free(y);
 }
@@ -311,7 +301,7 @@ static void test_lowrank(void)
         }
     char why[128];
     snprintf(why, sizeof why, "max |C'B' - dequantized| = %g", maxerr);
-    check(maxerr < 1e-12, "store-lowrank-dequantize", why);
+    check(maxerr < 1e-12, "store-lowrank-dequantize", "%s", why);
     store_free(&st);
     free(C);
     free(B);
@@ -372,5 +362,5 @@ int main(int argc, char **argv)
     test_half_paths();
     test_int_codes();
     test_lowrank();
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

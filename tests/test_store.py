@@ -22,17 +22,10 @@ from fractions import Fraction
 
 import numpy as np
 
+import checks  # tests/checks.py: PASS/FAIL lines
+from checks import report
+
 HELPER = os.environ.get("STORE_HELPER", os.path.join(os.environ.get("KVC_TESTBIN", "build/tests"), "test_store"))
-failures = 0
-
-
-def report(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
 
 
 def run(args, data=None):
@@ -141,7 +134,7 @@ def test_fp8():
             want = TABLE[kind][c]
             if not ((np.isnan(want) and np.isnan(got)) or want == got and np.signbit(want) == np.signbit(got)):
                 bad.append(f"{kind} code {c:#04x}: C {got!r} spec {want!r}")
-    report(not bad and len(out) >= 256, "store-fp8-decode-256-codes", "; ".join(bad[:5]))
+    report("store-fp8-decode-256-codes", None if not bad and len(out) >= 256 else "; ".join(bad[:5]))
 
     # encoding: every tie between adjacent codes, one double ulp either side, codes themselves, beyond max
     vals = set([0.0, -0.0, float("inf"), float("-inf"), 1e-30, -1e-30, 1e30, 5e-324])
@@ -188,9 +181,9 @@ def test_fp8():
             bad["bf16"].append(f"{v!r}: C {bf16:#06x} spec {bf16_encode(v):#06x}")
     n = len(vals)
     for kind in ("e4m3", "e5m2"):
-        report(not bad[kind], f"store-{kind}-encode-ties-{n}-values", "; ".join(bad[kind][:5]))
-    report(not bad["f16"], f"store-f16-encode-{n}-values", "; ".join(bad["f16"][:5]))
-    report(not bad["bf16"], f"store-bf16-encode-{n}-values", "; ".join(bad["bf16"][:5]))
+        report(f"store-{kind}-encode-ties-{n}-values", None if not bad[kind] else "; ".join(bad[kind][:5]))
+    report(f"store-f16-encode-{n}-values", None if not bad["f16"] else "; ".join(bad["f16"][:5]))
+    report(f"store-bf16-encode-{n}-values", None if not bad["bf16"] else "; ".join(bad["bf16"][:5]))
 
 
 # ---- ggml blocks from the published definition -----------------------------------------------------------
@@ -273,7 +266,7 @@ def test_ggml():
         why = f"{len(bad)} of {len(want) // bs} blocks differ; first at block {bad[0] // bs}" if bad else ""
         if len(got) != len(want):
             why = f"C wrote {len(got)} bytes, definition {len(want)}"
-        report(got == want, f"store-{name}-codes-and-scales-{len(want) // bs}-blocks", why)
+        report(f"store-{name}-codes-and-scales-{len(want) // bs}-blocks", None if got == want else why)
 
 
 # ---- int8 / int4 / int2 --------------------------------------------------------------------------------
@@ -311,15 +304,15 @@ def test_int():
                 name = f"int{bits}" + ("ch" if axis == "channel" else "")
                 got = run(["--quantize", name, str(T), str(W)], x.astype("<f4").tobytes())
                 want = int_pack(x, bits, axis)
-                report(got == want, f"store-{name}-T{T}-W{W}-codes-scales",
-                       f"C {got[:16].hex()}... definition {want[:16].hex()}...")
+                report(f"store-{name}-T{T}-W{W}-codes-scales",
+                       None if got == want else f"C {got[:16].hex()}... definition {want[:16].hex()}...")
 
 
 if __name__ == "__main__":
     if not os.path.exists(HELPER):
-        print(f"FAIL store-helper: {HELPER} not built (run make)")
-        sys.exit(1)
+        report("store-helper", f"{HELPER} not built (run make)")
+        sys.exit(checks.status())
     test_fp8()
     test_ggml()
     test_int()
-    sys.exit(1 if failures else 0)
+    sys.exit(checks.status())
