@@ -191,14 +191,14 @@ static void test_pipeline_config(void)
     check(cfg.exps[1].n_steps == 3 && cfg.exps[1].steps[2].is_step && cfg.exps[1].steps[2].step == 2 &&
               strcmp(exp_param_path(&cfg.exps[1].steps[2], "bits"), "experiments.0.steps.2.bits.1") == 0,
           "pipeline_step_paths", "got %s", exp_param_path(&cfg.exps[1].steps[2], "bits"));
-    char *text = expid_text(&cfg, "{}", 4);
+    char *text = expid_text(&cfg, 4);
     check(strstr(text, "method=pipeline\nsteps.0.method=lowrank\nsteps.0.rank=2\nsteps.0.apply_to=k\n"
                        "steps.0.joint=true\n") != NULL,
           "pipeline_id_text", "got \"%s\"", text);
     free(text);
     config_free(&cfg);
     rc = parse(&cfg, "{" DATA(16, 4, 4) ", \"experiments\": [{\"method\": \"lowrank\", \"rank\": 2}]}");
-    text = rc ? NULL : expid_text(&cfg, "{}", 0);
+    text = rc ? NULL : expid_text(&cfg, 0);
     check(text && strstr(text, "method=lowrank\nrank=2\napply_to=k\n") && !strstr(text, "energy") &&
               !strstr(text, "joint"),
           "id_omits_later_params_at_default", "got \"%s\"", text ? text : kvc_errmsg());

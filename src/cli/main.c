@@ -209,15 +209,28 @@ static int cmd_run(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
-    Data d;
-    if (data_make(&d, &cfg)) {
+    /* which rows run (--shard; --list prints them) is chosen before any data exists: sweep.h */
+    SweepInput si = {&cfg, path, fmt, fmt_given, per_head};
+    Sweep *sw = sweep_open(&so, &si);
+    if (!sw) {
         config_free(&cfg);
         goto usage;
     }
-    /* where rows go, which run (--shard, --resume), progress: sweep.h */
-    SweepInput si = {&cfg, path, sets, n_sets, fmt, fmt_given, per_head, d.L, d.H};
-    Sweep *sw = sweep_open(&so, &si);
-    if (!sw) {
+    if (so.list) {
+        sweep_close(sw, 1);
+        config_free(&cfg);
+        free(sets);
+        return EXIT_OK;
+    }
+    Data d;
+    if (data_make(&d, &cfg)) {
+        sweep_close(sw, 0);
+        config_free(&cfg);
+        goto usage;
+    }
+    /* where rows go (--out, --resume) and the progress line, once the data exists */
+    if (sweep_start(sw)) {
+        sweep_close(sw, 0);
         data_free(&d);
         config_free(&cfg);
         goto usage;
@@ -379,7 +392,7 @@ static int cmd_synth(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
-    r = load_save(dir, fmt, &d, &cfg, path, sets, n_sets);
+    r = load_save(dir, fmt, &d, &cfg);
     data_free(&d);
     config_free(&cfg);
     free(sets);

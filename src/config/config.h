@@ -1,10 +1,17 @@
-/* config: JSON experiment config -> validated Config. The only user of cJSON.
+/* config: JSON experiment config -> validated Config. The room of src/config/ and its manual: the rest of kvc
+ * includes this header (and expid.h) only.
  *
- * Steps: read the file (or take text), parse JSON (errors give line and column), apply --set PATH=JSON
- * overrides, validate every key and value (unknown keys name the nearest valid one), fill defaults, and
- * expand list-valued method parameters into one Experiment per grid point (last key varies fastest),
- * filling `{name}` placeholders in labels. Every error is one line, "<file>: <json path>: <what> (got <value>)",
- * set with kvc_fail(); the functions then return -1 and leave nothing to free but the Config itself.
+ * Steps: read the file once (or take text), check the JSON syntax strictly and parse it (errors give line and
+ * column), apply --set PATH=JSON overrides, validate every key and value (unknown keys name the nearest valid
+ * one), fill defaults, and expand list-valued method parameters into one Experiment per grid point (last key
+ * varies fastest), filling `{name}` placeholders in labels. Every error is one line, "<file>: <json path>:
+ * <what> (got <value>)", set with kvc_fail(); the functions then return -1 and leave nothing to free but the
+ * Config itself.
+ *
+ * Read once: config_load reads the file a single time (a pipe, /dev/stdin, <(...) or a FIFO works), and the
+ * Config keeps all that later stages need from the text: the canonical data text of the experiment ids
+ * (Config.canon, expid.h) and the tree after the --set values (for kvc synth's files.json). Nothing reads the
+ * config file again, so a file that changes after kvc read it cannot mix two configs in one run.
  *
  * Limits (checked before any allocation): tokens <= 16777216, head_dim <= 65536, layers and kv_heads <= 4096,
  * q_heads <= 65536; layers x kv_heads x tokens x head_dim <= 2^27 numbers per tensor, and the same bound for
@@ -12,9 +19,21 @@
  * at most 1000000 expanded experiments.
  *
  * data.source "files" (README "Data from files"): the data block names tensor files instead of generators;
- * config_parse reads them (src/data/load.c, load_files) before the rest is validated, so the sizes come from their
- * shapes and every check that needs T or D (metrics, method parameters) runs against the loaded data with the
- * usual message. The tensors stay in cfg->files[].t until data_make (load.h) moves them into a Data.
+ * config_parse reads only their headers (shape and dtype, src/io/tensorio.h tensor_read_info), so the sizes
+ * come from their shapes and every check that needs T or D (metrics, method parameters) runs with the usual
+ * message, while no value is read: a Config never holds tensors. Their values are read when the data is made
+ * (src/data/load.h, data_make), which also refuses a value that is not finite.
+ *
+ * The parts (each file's header says what it owns; all but config.c are internal to src/config/):
+ *   json.c       path-aware JSON getters and messages; the strict syntax scanner
+ *   overrides.c  --set PATH=JSON on the parsed tree
+ *   schema.c     the seed, data and metrics blocks (what keys, ranges, defaults, limits)
+ *   files.c      data.source "files": the tensor headers and the shape rules
+ *   grid.c       the experiments: grid expansion, method checks, labels and their {param} placeholders
+ *   canon.c      the canonical text of the ids and the pretty writer of files.json
+ *   config.c     config_load, config_parse, config_free, config_files_json: the order of the steps above
+ *   expid.c      experiment ids from a parsed Config (expid.h)
+ * config/ includes io/, methods/ and base/, never data/ or anything above it.
  */
 #ifndef KVC_CONFIG_H
 #define KVC_CONFIG_H
@@ -51,11 +70,14 @@ typedef struct QuerySpec {
 
 /* data.source "files": one tensor file (data.files.keys, .values, .queries, .observe). */
 typedef enum { FILE_KEYS, FILE_VALUES, FILE_QUERIES, FILE_OBSERVE, CONFIG_N_FILES } FileRole;
+extern const char *const config_file_roles[CONFIG_N_FILES];   /* "keys", "values", "queries", "observe" */
 typedef struct FileSpec {
     char *path;                   /* resolved against the config file's directory; NULL: not given */
     char *name;                   /* tensor name in a .safetensors file, or NULL */
-    Tensor t;                     /* the tensor as read (src/data/load.c); moved into Data by data_make */
+    TensorInfo info;              /* its header: shape and dtype (the values are read by data_make) */
 } FileSpec;
+
+struct cJSON;
 
 typedef struct Config {
     char *seed;                   /* the seed as a decimal integer string (any size) */
@@ -92,27 +114,21 @@ typedef struct Config {
     size_t recall_k;              /* metrics.topk_recall_k (default min(32, T)) */
     Experiment *exps;             /* the expanded grid, in order */
     size_t n_exps;
+    char *canon;                  /* the canonical data text of the experiment ids (expid.h; canon.h) */
+    struct cJSON *json;           /* the config as parsed, after the --set values (config_files_json reads it) */
 } Config;
 
-/* Loads and validates `path` with the --set overrides sets[0..n_sets) ("PATH=JSON"). */
+/* Reads `path` once (any readable file: a regular file, a pipe, /dev/stdin, a FIFO; at most 64 MiB) and
+ * parses it with the --set overrides sets[0..n_sets) ("PATH=JSON"), as config_parse. */
 int config_load(Config *cfg, const char *path, char *const *sets, size_t n_sets);
-/* The text of the config file `path` (at most 64 MiB) in *text[0..*len) (caller frees), as config_load reads
- * it; for those that read it again (src/config/expid.c, src/data/load.c). Returns 0, or -1 with kvc_fail and *text NULL. */
-int config_read(char **text, size_t *len, const char *path);
-/* Same from text in memory; `name` is used in messages in place of the file name. */
+/* Same from text[0..len) in memory (NUL bytes refused, no terminator needed); `name` is used in messages in
+ * place of the file name, and data files are resolved against its directory. */
 int config_parse(Config *cfg, const char *name, const char *text, size_t len, char *const *sets, size_t n_sets);
 void config_free(Config *cfg);   /* safe on a zeroed or partly filled Config */
 
-/* For experiment ids (src/config/expid.c): the config text[0..len) after the --set values, without "seed" and
- * "experiments", as canonical compact JSON (object keys sorted, numbers in shortest round-trip form) in *out
- * (caller frees). Call after config_parse accepted the same text and sets. Returns 0 or -1 with kvc_fail. */
-int config_canonical_data(char **out, const char *name, const char *text, size_t len, char *const *sets,
-                          size_t n_sets);
-
-/* For kvc synth (src/data/load.c): the config text[0..len) after the --set values, with its "data" replaced by the
+/* For kvc synth (src/data/load.c): the parsed config (after the --set values) with its "data" replaced by the
  * JSON object text data_json (seed, metrics and experiments as they are), as indented JSON in *out (caller
- * frees). Call after config_parse accepted the same text and sets. Returns 0 or -1 with kvc_fail. */
-int config_files_json(char **out, const char *name, const char *text, size_t len, char *const *sets,
-                      size_t n_sets, const char *data_json);
+ * frees; canon.h says how it is laid out). Returns 0 or -1 with kvc_fail (data_json is not a JSON object). */
+int config_files_json(char **out, const Config *cfg, const char *data_json);
 
 #endif

@@ -42,11 +42,11 @@ int expid_parse(const char *s, size_t n, uint64_t *id)
 }
 
 /* seed and the rest of the config; the same for every experiment of a config */
-static void data_text(FILE *f, const Config *cfg, const char *canon)
+static void data_text(FILE *f, const Config *cfg)
 {
     const char *seed = cfg->seed;
     while (seed[0] == '0' && seed[1] != '\0') seed++;
-    fprintf(f, "kvc-experiment v1\nseed=%s\nconfig=%s\n", seed, canon);
+    fprintf(f, "kvc-experiment v1\nseed=%s\nconfig=%s\n", seed, cfg->canon);
 }
 
 /* "method=M\n" and "param=value\n" per listed parameter, each line after `prefix` (a pipeline step: "steps.S.") */
@@ -91,12 +91,12 @@ static FILE *open_text(char **buf, size_t *len)
     return f;
 }
 
-char *expid_text(const Config *cfg, const char *canon, size_t i)
+char *expid_text(const Config *cfg, size_t i)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_text(&buf, &len);
-    data_text(f, cfg, canon);
+    data_text(f, cfg);
     exp_text(f, &cfg->exps[i]);
     close_text(f);
     return buf;
@@ -114,13 +114,13 @@ static int by_hash(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-int expid_all(uint64_t *ids, const Config *cfg, const char *canon)
+int expid_all(uint64_t *ids, const Config *cfg)
 {
     size_t n = cfg->n_exps;
     char *dbuf = NULL;
     size_t dlen = 0;
     FILE *f = open_text(&dbuf, &dlen);
-    data_text(f, cfg, canon);
+    data_text(f, cfg);
     close_text(f);
     uint64_t base = expid_fnv1a(EXPID_FNV_BASIS, dbuf, dlen);
     free(dbuf);
@@ -144,9 +144,9 @@ int expid_all(uint64_t *ids, const Config *cfg, const char *canon)
         size_t b = a + 1;
         while (b < n && k[b].h == k[a].h) b++;
         if (b - a > 1) {
-            char *first = expid_text(cfg, canon, k[a].i);
+            char *first = expid_text(cfg, k[a].i);
             for (size_t j = a + 1; j < b; j++) {
-                char *t = expid_text(cfg, canon, k[j].i), line[48];
+                char *t = expid_text(cfg, k[j].i), line[48];
                 if (strcmp(t, first) != 0)
                     rc = kvc_fail("experiment id: experiments %zu and %zu hash to one id (got a 64-bit collision)",
                                   cfg->exps[k[a].i].src, cfg->exps[k[j].i].src);
@@ -177,15 +177,4 @@ uint64_t expid_row(uint64_t id, size_t layer, size_t head)
     char line[64];
     int n = snprintf(line, sizeof line, "layer=%zu\nhead=%zu\n", layer, head);
     return expid_fnv1a(id, line, (size_t)n);
-}
-
-int expid_canon_load(char **canon, const char *path, char *const *sets, size_t n_sets)
-{
-    *canon = NULL;
-    char *buf;
-    size_t len;
-    if (config_read(&buf, &len, path)) return -1;
-    int rc = config_canonical_data(canon, path, buf, len, sets, n_sets);
-    free(buf);
-    return rc;
 }

@@ -7,7 +7,8 @@
  *   seed=42\n                        the seed as a decimal integer without leading zeros (42, "42", "042")
  *   config={"data":{...}}\n          everything else the config says but the experiments, after the --set
  *                                    values: compact JSON, object keys sorted, numbers in shortest
- *                                    round-trip form (config_canonical_data in config.c)
+ *                                    round-trip form (Config.canon, written once by config_parse:
+ *                                    src/config/canon.h)
  *   method=quantize\n                the method, then every parameter of the method in registry order,
  *   bits=8\naxis=token\napply_to=kv\n  defaults included (so "bits": 8 written or left out is one id)
  *   repeat=1\n                       only for the 2nd, 3rd, ... copy of an identical experiment in a config
@@ -34,16 +35,13 @@
 
 #define EXPID_HEX 16   /* digits of a printed id */
 
-/* Reads the config file again and returns its canonical data text (config_canonical_data) in *canon
- * (caller frees). Call after config_load accepted the same path and sets. Returns 0 or -1 with kvc_fail. */
-int expid_canon_load(char **canon, const char *path, char *const *sets, size_t n_sets);
+/* The canonical text of experiment i of cfg (its data text is cfg->canon), without a repeat line (caller
+ * frees). */
+char *expid_text(const Config *cfg, size_t i);
 
-/* The canonical text of experiment i of cfg with data text `canon`, without a repeat line (caller frees). */
-char *expid_text(const Config *cfg, const char *canon, size_t i);
-
-/* Fills ids[0..cfg->n_exps). Returns 0, or -1 with kvc_fail set when two different experiments hash to one
- * id (a 64-bit collision: never seen in practice). */
-int expid_all(uint64_t *ids, const Config *cfg, const char *canon);
+/* Fills ids[0..cfg->n_exps) from a Config that config_parse accepted. Returns 0, or -1 with kvc_fail set when
+ * two different experiments hash to one id (a 64-bit collision: never seen in practice). */
+int expid_all(uint64_t *ids, const Config *cfg);
 
 /* The id of the --per-head row (layer, head) of the experiment with id `id`. */
 uint64_t expid_row(uint64_t id, size_t layer, size_t head);

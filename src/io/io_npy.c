@@ -244,7 +244,10 @@ static int parse_header(Parser *p, Header *h)
 
 /* ---- reading ---- */
 
-static int read_npy(Tensor *out, FILE *f, uint64_t size, const char *where, size_t max_values)
+/* Reads the header into out->ndim, out->shape and checks the file size; then the values, or with header_only
+ * != NULL only the max_values limit, storing the dtype in *header_only (out->data stays NULL). */
+static int read_npy(Tensor *out, FILE *f, uint64_t size, const char *where, size_t max_values,
+                    TensorDtype *header_only)
 {
     unsigned char pre[12];
     char got[64];
@@ -306,6 +309,10 @@ static int read_npy(Tensor *out, FILE *f, uint64_t size, const char *where, size
     }
     out->ndim = h.ndim;
     memcpy(out->shape, h.shape, sizeof h.shape);
+    if (header_only) {
+        *header_only = h.dtype;
+        return tensorio_check_count(out->shape, out->ndim, where, max_values);
+    }
     if (tensorio_read_values(out, f, where, h.dtype, h.big_endian, h.fortran, max_values) < 0) return -1;
     return 0;
 }
@@ -315,10 +322,23 @@ int npy_fread(Tensor *out, FILE *f, const char *where, size_t max_values)
     uint64_t size;
     memset(out, 0, sizeof *out);
     if (tensorio_stream_size(f, where, &size) < 0) return -1;
-    if (read_npy(out, f, size, where, max_values) < 0) {
+    if (read_npy(out, f, size, where, max_values, NULL) < 0) {
         tensor_free(out);
         return -1;
     }
+    return 0;
+}
+
+int npy_fread_info(TensorInfo *out, FILE *f, const char *where, size_t max_values)
+{
+    uint64_t size;
+    Tensor t = {0};
+    TensorDtype dt = TENSOR_F64;
+    memset(out, 0, sizeof *out);
+    if (tensorio_stream_size(f, where, &size) < 0 || read_npy(&t, f, size, where, max_values, &dt) < 0) return -1;
+    out->ndim = t.ndim;
+    memcpy(out->shape, t.shape, sizeof t.shape);
+    out->dtype = dt;
     return 0;
 }
 
@@ -328,7 +348,7 @@ int npy_read(Tensor *out, const char *path)
     uint64_t size;
     memset(out, 0, sizeof *out);
     if (tensorio_open(&f, &size, path) < 0) return -1;
-    int rc = read_npy(out, f, size, path, TENSOR_NO_LIMIT);
+    int rc = read_npy(out, f, size, path, TENSOR_NO_LIMIT, NULL);
     fclose(f);
     if (rc < 0) tensor_free(out);
     return rc;

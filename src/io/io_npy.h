@@ -31,6 +31,9 @@ int npy_read(Tensor *out, const char *path);
  * fuzzing); where names it in messages; more than max_values values (TENSOR_NO_LIMIT: none) are refused
  * before allocating. The stream is not closed. */
 int npy_fread(Tensor *out, FILE *f, const char *where, size_t max_values);
+/* The header only (tensor_read_info): every check of npy_fread but the finiteness of the values, which are
+ * not read. 0, or -1 with kvc_fail set and *out zeroed. */
+int npy_fread_info(TensorInfo *out, FILE *f, const char *where, size_t max_values);
 
 /* Writes t as a version 1.0 '<f8' C-order .npy file, byte for byte what np.save writes for that float64
  * array (header padded to 64 bytes, same spacing). The file appears complete or not at all: it is written

@@ -67,8 +67,10 @@ static void list_names(char *buf, size_t cap, const char *const *names, size_t n
     if (*nearest && best > 3) *nearest = NULL;
 }
 
+/* The chosen entry: its shape into out->ndim, out->shape, checked against its offsets; then its values, or
+ * with header_only != NULL only the max_values limit, storing the dtype in *header_only. */
 static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, uint64_t data_start,
-                      uint64_t data_len, size_t max_values)
+                      uint64_t data_len, size_t max_values, TensorDtype *header_only)
 {
     const char *name = e->string;
     char got[128];
@@ -138,12 +140,17 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, u
         return kvc_fail("%s: tensor \"%s\": size mismatch: shape %s of %s = %zu values needs %zu bytes but "
                         "data_offsets span %zu (got %s)", where, name, s, ds, count, bytes, end - begin, got);
     }
+    if (header_only) {
+        *header_only = dt;
+        return tensorio_check_count(out->shape, out->ndim, tw, max_values);
+    }
     if (fseeko(f, (off_t)(data_start + begin), SEEK_SET) != 0)
         return kvc_fail("%s: cannot seek to the data of tensor \"%s\" (got %s)", where, name, strerror(errno));
     return tensorio_read_values(out, f, tw, dt, 0, 0, max_values);
 }
 
-static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const char *name, size_t max_values)
+static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const char *name, size_t max_values,
+                   TensorDtype *header_only)
 {
     unsigned char len8[8];
     if (size < 8)
@@ -254,7 +261,7 @@ static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const
             kvc_fail("%s: no tensor named \"%s\" (got \"%s\"; available: %s)", where, name, name, list);
         goto done;
     }
-    rc = read_entry(out, f, where, chosen, 8 + n, size - 8 - n, max_values);
+    rc = read_entry(out, f, where, chosen, 8 + n, size - 8 - n, max_values, header_only);
 done:
     free(names);
     cJSON_Delete(root);
@@ -266,10 +273,24 @@ int safetensors_fread(Tensor *out, FILE *f, const char *where, const char *name,
     uint64_t size;
     memset(out, 0, sizeof *out);
     if (tensorio_stream_size(f, where, &size) < 0) return -1;
-    if (read_st(out, f, size, where, name, max_values) < 0) {
+    if (read_st(out, f, size, where, name, max_values, NULL) < 0) {
         tensor_free(out);
         return -1;
     }
+    return 0;
+}
+
+int safetensors_fread_info(TensorInfo *out, FILE *f, const char *where, const char *name, size_t max_values)
+{
+    uint64_t size;
+    Tensor t = {0};
+    TensorDtype dt = TENSOR_F64;
+    memset(out, 0, sizeof *out);
+    if (tensorio_stream_size(f, where, &size) < 0 || read_st(&t, f, size, where, name, max_values, &dt) < 0)
+        return -1;
+    out->ndim = t.ndim;
+    memcpy(out->shape, t.shape, sizeof t.shape);
+    out->dtype = dt;
     return 0;
 }
 
@@ -279,7 +300,7 @@ int safetensors_read(Tensor *out, const char *path, const char *name)
     uint64_t size;
     memset(out, 0, sizeof *out);
     if (tensorio_open(&f, &size, path) < 0) return -1;
-    int rc = read_st(out, f, size, path, name, TENSOR_NO_LIMIT);
+    int rc = read_st(out, f, size, path, name, TENSOR_NO_LIMIT, NULL);
     fclose(f);
     if (rc < 0) tensor_free(out);
     return rc;

@@ -31,6 +31,9 @@ int safetensors_read(Tensor *out, const char *path, const char *name);
 /* The same from an open, seekable stream (it seeks to 0; a regular file, or fmemopen for fuzzing); where
  * names it; more than max_values values (TENSOR_NO_LIMIT: none) are refused before allocating. */
 int safetensors_fread(Tensor *out, FILE *f, const char *where, const char *name, size_t max_values);
+/* The header only (tensor_read_info): every check of safetensors_fread on the chosen tensor but the finiteness
+ * of its values, which are not read. 0, or -1 with kvc_fail set and *out zeroed. */
+int safetensors_fread_info(TensorInfo *out, FILE *f, const char *where, const char *name, size_t max_values);
 
 typedef struct SafetensorsEntry {
     const char *name;      /* non-empty, not "__metadata__", unique within the file */

@@ -41,22 +41,44 @@ static int ends_with(const char *s, const char *suffix)
     return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
 }
 
+/* Opens path and tells which reader it needs: .npy by the name or, for a name that is neither .npy nor
+ * .safetensors, by the magic; a tensor name for a .npy file is an error. 0 or -1 with kvc_fail set. */
+static int open_tensor_file(FILE **f, int *npy, const char *path, const char *name)
+{
+    uint64_t size;
+    *npy = ends_with(path, ".npy");
+    if (tensorio_open(f, &size, path) < 0) return -1;
+    if (!*npy && !ends_with(path, ".safetensors")) {
+        unsigned char magic[6] = {0};
+        *npy = fread(magic, 1, sizeof magic, *f) == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0;
+    }
+    if (*npy && name) {
+        fclose(*f);
+        *f = NULL;
+        return kvc_fail("%s: a .npy file holds one unnamed tensor; tensor names are for .safetensors files "
+                        "(got name \"%s\")", path, name);
+    }
+    return 0;
+}
+
 int tensor_read(Tensor *out, const char *path, const char *name, size_t max_values)
 {
     FILE *f;
-    uint64_t size;
-    int npy = ends_with(path, ".npy"), rc;
+    int npy;
     memset(out, 0, sizeof *out);
-    if (tensorio_open(&f, &size, path) < 0) return -1;
-    if (!npy && !ends_with(path, ".safetensors")) {
-        unsigned char magic[6] = {0};
-        npy = fread(magic, 1, sizeof magic, f) == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0;
-    }
-    if (npy && name)
-        rc = kvc_fail("%s: a .npy file holds one unnamed tensor; tensor names are for .safetensors files "
-                      "(got name \"%s\")", path, name);
-    else
-        rc = npy ? npy_fread(out, f, path, max_values) : safetensors_fread(out, f, path, name, max_values);
+    if (open_tensor_file(&f, &npy, path, name) < 0) return -1;
+    int rc = npy ? npy_fread(out, f, path, max_values) : safetensors_fread(out, f, path, name, max_values);
+    fclose(f);
+    return rc;
+}
+
+int tensor_read_info(TensorInfo *out, const char *path, const char *name, size_t max_values)
+{
+    FILE *f;
+    int npy;
+    memset(out, 0, sizeof *out);
+    if (open_tensor_file(&f, &npy, path, name) < 0) return -1;
+    int rc = npy ? npy_fread_info(out, f, path, max_values) : safetensors_fread_info(out, f, path, name, max_values);
     fclose(f);
     return rc;
 }
@@ -190,16 +212,22 @@ static int check_finite(const Tensor *t, size_t n, const char *where)
     return 0;
 }
 
+int tensorio_check_count(const size_t *shape, size_t ndim, const char *where, size_t max_values)
+{
+    size_t n = 1;
+    for (size_t k = 0; k < ndim; k++) n *= shape[k];   /* validated by tensorio_shape_bytes */
+    if (n <= max_values) return 0;
+    char s[128];
+    tensorio_shape_str(s, sizeof s, shape, ndim);
+    return kvc_fail("%s: tensor too large: shape %s has %zu values, more than the %zu accepted (got %zu)", where, s, n,
+                    max_values, n);
+}
+
 int tensorio_read_values(Tensor *t, FILE *f, const char *where, TensorDtype dt, int big_endian, int fortran,
                          size_t max_values)
 {
     size_t n = tensor_count(t), is = tensorio_dtype_size(dt);
-    if (n > max_values) {
-        char s[128];
-        tensorio_shape_str(s, sizeof s, t->shape, t->ndim);
-        return kvc_fail("%s: tensor too large: shape %s has %zu values, more than the %zu accepted (got %zu)", where,
-                        s, n, max_values, n);
-    }
+    if (tensorio_check_count(t->shape, t->ndim, where, max_values) < 0) return -1;
     size_t per = CHUNK / is, done = 0;
     size_t idx[TENSOR_MAX_DIM] = {0}, cstride[TENSOR_MAX_DIM], dest = 0;
     unsigned char *buf = xmalloc(CHUNK);

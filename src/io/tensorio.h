@@ -11,7 +11,8 @@
  *
  * tensor_read picks the format from the file name: ".npy" -> npy_read, ".safetensors" -> safetensors_read
  * (a NULL name takes the only tensor); any other name is sniffed (the .npy magic "\x93NUMPY" or else
- * safetensors). A name given for a .npy file is an error.
+ * safetensors). A name given for a .npy file is an error. tensor_read_info does the same for the header
+ * alone (shape and dtype, a TensorInfo), reading no values.
  *
  * The tensorio_* functions below the line are the shared machinery of io_npy.c and io_safetensors.c (file
  * size, overflow-checked shape arithmetic, chunked decoding with the finiteness check, write-to-temp-then-
@@ -35,6 +36,13 @@ typedef struct Tensor {
 /* Element types the readers understand. Files store them little-endian unless a .npy header says '>'. */
 typedef enum { TENSOR_F16, TENSOR_BF16, TENSOR_F32, TENSOR_F64 } TensorDtype;
 
+/* What a file's header says about one tensor, without its values (tensor_read_info). */
+typedef struct TensorInfo {
+    size_t ndim;                   /* 1..TENSOR_MAX_DIM */
+    size_t shape[TENSOR_MAX_DIM];  /* shape[ndim..] are 0 */
+    TensorDtype dtype;             /* as stored in the file */
+} TensorInfo;
+
 void tensor_free(Tensor *t);
 /* product(shape[0..ndim)); the shape must have been validated (the readers do). */
 size_t tensor_count(const Tensor *t);
@@ -42,6 +50,12 @@ size_t tensor_count(const Tensor *t);
  * before anything is allocated (TENSOR_NO_LIMIT: no limit but memory). Returns 0, or -1 with kvc_fail set. */
 #define TENSOR_NO_LIMIT ((size_t)-1)
 int tensor_read(Tensor *out, const char *path, const char *name, size_t max_values);
+/* The header only: every check tensor_read makes but those on the values themselves (each finite), and
+ * nothing allocated for them: the preamble, the header, the chosen tensor, its shape, the file size that
+ * shape needs, and the max_values limit, with tensor_read's messages. So tensor_read of the same unchanged
+ * file then fails only on a value that is not finite or on a read error. Returns 0, or -1 with kvc_fail set
+ * and *out zeroed. (src/config/ reads data files this way: shapes at parse time, values when data is made.) */
+int tensor_read_info(TensorInfo *out, const char *path, const char *name, size_t max_values);
 
 /* ---- shared by io_npy.c and io_safetensors.c ---- */
 
@@ -61,6 +75,9 @@ void tensorio_shape_str(char *buf, size_t cap, const size_t *shape, size_t ndim)
 int tensorio_shape_bytes(const size_t *shape, size_t ndim, size_t itemsize, const char *where, size_t *count,
                          size_t *bytes);
 
+/* The max_values check of tensorio_read_values on its own (for the header readers): 0, or -1 with
+ * "<where>: tensor too large: shape ... has N values, more than the M accepted (got N)". */
+int tensorio_check_count(const size_t *shape, size_t ndim, const char *where, size_t max_values);
 /* Reads t's values (t->ndim, t->shape set and validated by tensorio_shape_bytes) from f at its current
  * position, converting dt to double; big_endian: the file's byte order; fortran: the file lists the values
  * in Fortran (column-major) order and they are transposed into C order. Refuses more than max_values values

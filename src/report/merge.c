@@ -60,13 +60,13 @@ static const ResultRow *row_of(const Input *in, const Ref *r)
 
 /* Checks the rows against the grid of cfg (per rows per experiment: L x H with --per-head, layer slowest);
  * fills order[slot] (slot = experiment x per + row) with the ref of its row. */
-static int check_grid(const Config *cfg, const char *canon, const char *cfg_path, int per_head, size_t per,
+static int check_grid(const Config *cfg, const char *cfg_path, int per_head, size_t per,
                       const Input *in, const Ref *refs, size_t n_refs, const Ref **order)
 {
     size_t n = cfg->n_exps * per, H = per_head ? cfg->kv_heads : 1;
     uint64_t *eids = xmalloc(cfg->n_exps * sizeof *eids), *ids = xmalloc(n * sizeof *ids);
     Ref *grid = xmalloc(n * sizeof *grid);
-    int rc = expid_all(eids, cfg, canon);
+    int rc = expid_all(eids, cfg);
     for (size_t i = 0; i < n; i++) {
         ids[i] = per_head ? expid_row(eids[i / per], i % per / H, i % per % H) : eids[i];
         grid[i].id = ids[i];
@@ -249,14 +249,10 @@ int merge_command(int argc, char **argv)
     Config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (cfg_path) {
-        char *canon = NULL;
-        if (config_load(&cfg, cfg_path, sets, n_sets) || expid_canon_load(&canon, cfg_path, sets, n_sets))
-            goto free_cfg;
+        if (config_load(&cfg, cfg_path, sets, n_sets)) goto free_cfg;
         size_t per = per_head ? cfg.layers * cfg.kv_heads : 1;
         order = xcalloc(cfg.n_exps * per, sizeof *order);
-        int bad = check_grid(&cfg, canon, cfg_path, per_head, per, in, refs, n_refs, order);
-        free(canon);
-        if (bad) goto free_cfg;
+        if (check_grid(&cfg, cfg_path, per_head, per, in, refs, n_refs, order)) goto free_cfg;
         n_out = cfg.n_exps * per;
     } else if (!quiet) {
         fprintf(stderr, "kvc: merge: no --config, so missing rows were not checked and rows keep the order of "

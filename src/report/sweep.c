@@ -32,6 +32,9 @@ struct Sweep {
     int quiet;
     int need_header;           /* CSV: the header is still to be written (before the first row) */
     int list;                  /* --list: everything was printed by sweep_open */
+    int started;               /* sweep_start opened the output */
+    const char *cfg_name;      /* the config's name in messages */
+    int resume;                /* --resume */
     /* progress */
     int progress;              /* stderr is a terminal and not -q */
     size_t total, done;        /* experiments */
@@ -356,12 +359,14 @@ Sweep *sweep_open(const SweepOpts *o, const SweepInput *in)
     Sweep *s = xcalloc(1, sizeof *s);
     s->fmt = fmt;
     s->cfg = cfg;
+    s->cfg_name = in->path;
     s->out = o->out;
+    s->resume = o->resume;
     s->fd = -1;
     s->quiet = o->quiet;
     s->per_head = in->per_head;
-    s->H = in->per_head ? in->H : 1;
-    s->per = in->per_head ? in->L * in->H : 1;
+    s->H = in->per_head ? cfg->kv_heads : 1;
+    s->per = in->per_head ? cfg->layers * cfg->kv_heads : 1;
     size_t n = cfg->n_exps, nr;
     if (size_mul(n, s->per, &nr)) {
         kvc_fail("run: %zu experiments x %zu heads: too many rows (got an overflow)", n, s->per);
@@ -369,18 +374,13 @@ Sweep *sweep_open(const SweepOpts *o, const SweepInput *in)
     }
     s->ids = xmalloc(n * sizeof *s->ids);
     s->want = xmalloc(n);
-    char *canon;
-    if (expid_canon_load(&canon, in->path, in->sets, in->n_sets)) goto fail;
-    int bad = expid_all(s->ids, cfg, canon);
-    free(canon);
-    if (bad) goto fail;
+    if (expid_all(s->ids, cfg)) goto fail;
     if (s->per_head) {
         s->rid = xmalloc(nr * sizeof *s->rid);
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < s->per; k++) s->rid[i * s->per + k] = expid_row(s->ids[i], k / s->H, k % s->H);
     }
     for (size_t i = 0; i < n; i++) s->want[i] = o->shard_n == 0 || i % o->shard_n == o->shard_i - 1;
-    if (fmt == FORMAT_TABLE) s->rows = xcalloc(nr, sizeof *s->rows);
     if (o->list) {
         for (size_t i = 0; i < n; i++) {
             if (!s->want[i]) continue;
@@ -392,52 +392,65 @@ Sweep *sweep_open(const SweepOpts *o, const SweepInput *in)
             s->want[i] = 0;
         }
         s->list = 1;
-        return s;
     }
+    return s;
+fail:
+    sweep_free(s);
+    return NULL;
+}
 
-    size_t present = 0;
-    if (o->out && fmt == FORMAT_TABLE) {
+int sweep_start(Sweep *s)
+{
+    assert(!s->list && !s->started);
+    size_t n = s->cfg->n_exps, present = 0;
+    if (s->fmt == FORMAT_TABLE && !s->rows) s->rows = xcalloc(n * s->per, sizeof *s->rows);
+    if (s->out && s->fmt == FORMAT_TABLE) {
         if (open_table_tmp(s)) goto fail;
-    } else if (o->out) {
-        s->fd = open(o->out, O_RDWR | O_CREAT | O_APPEND, 0666);
+    } else if (s->out) {
+        s->fd = open(s->out, O_RDWR | O_CREAT | O_APPEND, 0666);
         if (s->fd < 0) {
-            kvc_fail("%s: cannot open the --out file (got %s)", o->out, strerror(errno));
+            kvc_fail("%s: cannot open the --out file (got %s)", s->out, strerror(errno));
             goto fail;
         }
         struct stat st;
         int regular = fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode);
-        if (regular && lock_file(s->fd, o->out)) goto fail;
-        if (o->resume && !regular) {
-            kvc_fail("%s: --resume needs a regular file (got a device, pipe or socket)", o->out);
+        if (regular && lock_file(s->fd, s->out)) goto fail;
+        if (s->resume && !regular) {
+            kvc_fail("%s: --resume needs a regular file (got a device, pipe or socket)", s->out);
             goto fail;
         }
-        if (o->resume) {
-            if (resume(s, in->path, &present)) goto fail;
+        if (s->resume) {
+            if (resume(s, s->cfg_name, &present)) goto fail;
         } else {
             if (regular && ftruncate(s->fd, 0) != 0) {
-                kvc_fail("%s: cannot truncate the --out file (got %s)", o->out, strerror(errno));
+                kvc_fail("%s: cannot truncate the --out file (got %s)", s->out, strerror(errno));
                 goto fail;
             }
-            s->need_header = fmt == FORMAT_CSV;
+            s->need_header = s->fmt == FORMAT_CSV;
         }
     } else {
-        s->need_header = fmt == FORMAT_CSV;
+        s->need_header = s->fmt == FORMAT_CSV;
     }
     for (size_t i = 0; i < n; i++) s->total += s->want[i];
-    if (o->resume && present > 0 && !o->quiet)
-        fprintf(stderr, "kvc: %s: %zu %s already there; running the other %zu\n", o->out, present,
+    if (s->resume && present > 0 && !s->quiet)
+        fprintf(stderr, "kvc: %s: %zu %s already there; running the other %zu\n", s->out, present,
                 s->per_head ? "experiments" : "rows", s->total);
 
     const char *d = getenv("KVC_PROGRESS_DELAY");
     char *end;
     s->delay = d && *d ? strtod(d, &end) : 1.0;
     if (!d || !*d || *end || !(s->delay >= 0)) s->delay = 1.0;
-    s->progress = !o->quiet && isatty(STDERR_FILENO);
+    s->progress = !s->quiet && isatty(STDERR_FILENO);
     s->start = s->last_sync = now();
-    return s;
-fail:
-    sweep_free(s);
-    return NULL;
+    s->started = 1;
+    return 0;
+fail:   /* as before sweep_start: sweep_close only frees */
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    if (s->tmp) unlink(s->tmp);
+    free(s->tmp);
+    s->tmp = NULL;
+    return -1;
 }
 
 int sweep_wants(const Sweep *s, size_t i)
@@ -447,7 +460,7 @@ int sweep_wants(const Sweep *s, size_t i)
 
 int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i)
 {
-    assert(n == s->per);
+    assert(s->started && n == s->per);
     int rc = 0;
     if (s->fmt == FORMAT_TABLE) {
         for (size_t k = 0; k < n; k++) s->rows[s->n_rows++] = rows[k];
@@ -483,7 +496,7 @@ int sweep_close(Sweep *s, int ok)
 {
     if (!s) return 0;
     int rc = 0;
-    if (s->list) {
+    if (s->list || !s->started) {
         sweep_free(s);
         return 0;
     }

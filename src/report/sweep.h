@@ -19,8 +19,10 @@
  * deterministic, interleaved so that slow and fast parameter values spread over the shards.
  *
  * List. --list prints the rows of this run (its shard) to stdout, one per line: grid position, id,
- * experiments.N (the experiment object it expands from), label, separated by tabs; nothing is computed and
- * no file is written (--out and --resume are refused with it). It validates a config in an instant.
+ * experiments.N (the experiment object it expands from), label, separated by tabs; nothing is computed, no
+ * data is made and no file is written (--out and --resume are refused with it). It validates a config in an
+ * instant, whatever the size of its data: rows are selected (sweep_open) before the data exists, the output is
+ * opened (sweep_start) after.
  *
  * Progress. When stderr is a terminal, -q is not given and the run has taken more than KVC_PROGRESS_DELAY
  * seconds (default 1), one line on stderr is rewritten in place: rows done/total, percent, rate, ETA.
@@ -54,19 +56,24 @@ typedef struct Sweep Sweep;
 
 /* What main knows about the run. */
 typedef struct SweepInput {
-    const Config *cfg;
-    const char *path;            /* the config file: messages, and the ids read it again (expid.h) */
-    char *const *sets;           /* the --set values */
-    size_t n_sets;
+    const Config *cfg;           /* its ids come from cfg->canon (expid.h): the config file is not read again */
+    const char *path;            /* the config file, for messages */
     Format fmt;                  /* --format, or the default */
     int fmt_given;               /* --format was given (else the --out name decides) */
-    int per_head;                /* --per-head: each experiment gives L x H rows, (layer, head), layer slowest */
-    size_t L, H;                 /* layers and KV heads (per_head only) */
+    int per_head;                /* --per-head: each experiment gives layers x kv_heads rows, (layer, head), layer
+                                  * slowest */
 } SweepInput;
 
-/* Resolves the format, computes the ids, selects the shard, reads and checks FILE for --resume, opens the
- * output. Returns NULL with kvc_fail set on a usage or input error (exit 2). */
+/* Selects the rows of the run before any data exists: resolves the format, computes the ids, selects the
+ * shard, and with --list prints the rows (then the Sweep has nothing left to do but sweep_close). Touches no
+ * file. Returns NULL with kvc_fail set on a usage or input error (exit 2). */
 Sweep *sweep_open(const SweepOpts *o, const SweepInput *in);
+
+/* Opens the output (call it once the data exists, so that a run refused for its data leaves FILE as it was):
+ * --out FILE is locked and truncated (or, with --resume, read and checked, and its rows left out), a table's
+ * temporary file is created, and the progress clock starts. Returns 0, or -1 with kvc_fail set on a usage or
+ * input error (exit 2; nothing is left open, and sweep_close then only frees). */
+int sweep_start(Sweep *s);
 
 int sweep_wants(const Sweep *s, size_t i);   /* experiment i is in this shard and not yet (all) in FILE */
 
@@ -78,9 +85,9 @@ int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i);
 /* Ends the progress line, so that a message can follow on stderr. */
 void sweep_message(Sweep *s);
 
-/* Finishes and frees: ok != 0 writes the table (stdout, or FILE by rename); ok == 0 drops a table's
- * temporary file and keeps every CSV/JSONL row written so far. fsyncs FILE. Returns 0, or -1 with kvc_fail
- * on a write error (exit 1). Safe on NULL. */
+/* Finishes and frees: ok != 0 writes the table (stdout, or FILE by rename); ok == 0 drops a table's temporary
+ * file and keeps every CSV/JSONL row written so far. fsyncs FILE. After --list, or without a successful
+ * sweep_start, it only frees. Returns 0, or -1 with kvc_fail on a write error (exit 1). Safe on NULL. */
 int sweep_close(Sweep *s, int ok);
 
 #endif

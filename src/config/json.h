@@ -1,0 +1,66 @@
+/* json: what every part of src/config/ reads JSON with (internal to the config room; the rest of kvc includes
+ * config.h only).
+ *
+ * Owns two things:
+ * - Path-aware getters. Validation walks the cJSON tree with the JSON path of every node in hand, so each
+ *   message names where the problem is; paths use the dotted form of --set ("experiments.0.bits"), so a user
+ *   can paste a path from an error into --set. Every getter that refuses a value returns -1 after
+ *   kvc_fail("<file>: <path>: <what> (got <value>)") (json_bad), <value> being the node as compact JSON (numbers
+ *   exact, anything longer than 60 characters cut to 57 and "..."), or "nothing" for an absent node.
+ * - The strict syntax scanner (RFC 8259). cJSON is lenient ("1.", "01", "-.5", garbage after a --set value) and
+ *   its error pointer is imprecise (one byte late after a bad string, the last byte for a truncated file).
+ *   json_scan runs first and finds the exact offset of the first syntax error; cJSON then only builds the tree.
+ *
+ * May include: base/ and cJSON. Included by schema.c, grid.c, overrides.c and config.c.
+ */
+#ifndef KVC_CONFIG_JSON_H
+#define KVC_CONFIG_JSON_H
+
+#include <cJSON.h>
+#include <stddef.h>
+
+typedef struct JsonCtx {
+    const char *file;    /* the config's name, the first part of every message */
+} JsonCtx;
+
+/* ---- messages ---- */
+
+/* kvc_fail("<file>: <path>: <what> (got <got as JSON>)"); returns -1. got may be NULL ("nothing"). */
+int json_bad(const JsonCtx *c, const char *path, const cJSON *got, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The choice (choices: NULL-terminated, at least one) with the smallest edit distance to word. */
+const char *json_nearest(const char *word, const char *const *choices);
+/* out = "parent.key", or "key" when parent is "". */
+void json_join(char *out, size_t cap, const char *parent, const char *key);
+
+/* ---- getters: node may be NULL (absent); each returns 0 or -1 with kvc_fail set ---- */
+
+const cJSON *json_member(const cJSON *obj, const char *key);   /* case-sensitive; NULL when absent */
+/* Every key of obj is in allowed (NULL-terminated; an unknown one names the nearest) and none appears twice. */
+int json_check_keys(const JsonCtx *c, const cJSON *obj, const char *path, const char *const *allowed);
+int json_need_object(const JsonCtx *c, const cJSON *node, const char *path);
+int json_int(const JsonCtx *c, const cJSON *node, const char *path, long lo, long hi, long *out);
+int json_num(const JsonCtx *c, const cJSON *node, const char *path, double lo, double hi, double *out); /* finite */
+/* A string among choices (NULL-terminated); *out is its index. */
+int json_choice(const JsonCtx *c, const cJSON *node, const char *path, const char *const *choices, long *out);
+/* Member `key` of obj (path: obj's path): optional with a default, or required. */
+int json_opt_num(const JsonCtx *c, const cJSON *obj, const char *path, const char *key, double lo, double hi,
+                 double def, double *out);
+int json_opt_int(const JsonCtx *c, const cJSON *obj, const char *path, const char *key, long lo, long hi, long def,
+                 long *out);
+int json_req_int(const JsonCtx *c, const cJSON *obj, const char *path, const char *key, long lo, long hi, long *out);
+
+/* ---- strict syntax ---- */
+
+enum { JSON_OK, JSON_BAD, JSON_EOF, JSON_TRAILING, JSON_DEEP };
+#define JSON_MAX_DEPTH 1000
+
+/* Checks that text[0..len) is exactly one JSON value (with optional whitespace around it; a UTF-8 byte order
+ * mark is skipped, as cJSON skips it). Returns JSON_OK or an error kind (JSON_BAD: a wrong byte, JSON_EOF: the
+ * input ended early, JSON_TRAILING: something after the value, JSON_DEEP: nested deeper than JSON_MAX_DEPTH),
+ * with *off the offset of the error (len for the end of the input). No message is set. */
+int json_scan(const char *text, size_t len, size_t *off);
+/* The 1-based line and column (in bytes) of text[offset] (text: NUL-free up to offset). */
+void json_position(const char *text, size_t offset, int *line, int *col);
+
+#endif
