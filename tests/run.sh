@@ -21,6 +21,7 @@
 # KVC_TESTBIN at build-san/. KVC_TEST_JOBS: the default for -j (else the number of CPUs).
 
 MANIFEST='
+test_config_files.c
 test_decode.c
 test_edge.c
 test_expid.c
@@ -41,6 +42,7 @@ test_results.sh
 test_sweep.sh
 test_bad_input.py
 test_cli.py
+test_config_once.py
 test_determinism.py
 test_differential.py
 test_differential_methods.py

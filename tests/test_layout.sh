@@ -14,10 +14,7 @@ LAYERS='base io store methods config data decode eval report cli'
 
 # upward edges allowed for now, one "FROM TO" a line, each with why and until when
 ALLOWED='
-config data
 '
-# config data: src/config/config.c calls data/load.c (config_parse loads the data files); being removed by
-#              reading only the files' headers in config (issue 11 step 2). Remove this line when it is gone.
 
 fail=0
 pass() { echo "PASS $1"; }
