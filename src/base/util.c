@@ -1,5 +1,5 @@
 /* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, options with
- * a value, a growing string and a top-k selection. */
+ * a value, a growing string, a top-k selection and the median. */
 #include "base/util.h"
 
 #include <errno.h>
@@ -164,4 +164,40 @@ void select_top(Ranked *r, size_t n, size_t k)
         else if (kk >= gt) lo = gt;
         else return;
     }
+}
+
+static void swap_double(double *a, double *b)
+{
+    double t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the k-th smallest of x[0..n) to x[k], smaller or equal ones before it, larger or equal ones after it. */
+static void select_kth(double *x, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n;   /* the answer is in x[lo..hi) */
+    while (hi - lo > 1) {
+        double p = x[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) < p, [lt, i) == p, [gt, hi) > p */
+        while (i < gt) {
+            if (x[i] < p) swap_double(&x[lt++], &x[i++]);
+            else if (x[i] > p) swap_double(&x[i], &x[--gt]);
+            else i++;
+        }
+        if (k < lt) hi = lt;
+        else if (k >= gt) lo = gt;
+        else return;
+    }
+}
+
+double median(double *v, size_t n)
+{
+    size_t k = n / 2;
+    select_kth(v, n, k);
+    if (n % 2) return v[k];
+    double below = v[0];   /* the largest of v[0..k), all <= v[k] */
+    for (size_t i = 1; i < k; i++)
+        if (v[i] > below) below = v[i];
+    return (below + v[k]) / 2.0;
 }

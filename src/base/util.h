@@ -9,7 +9,7 @@
  * (round-trip exact; the shortest such form for all but a few powers of two and subnormals).
  * Sizes: size_mul/size_add are overflow-checked.
  * Small shared pieces: a command's option with a value (opt_value), a growing string (str_append), "the k
- * largest" selection (select_top).
+ * largest" selection (select_top), the median.
  */
 #ifndef KVC_UTIL_H
 #define KVC_UTIL_H
@@ -60,5 +60,9 @@ typedef struct Ranked {
 /* Rearranges r[0..n) so that r[0..k) are the k first in rank, in no particular order among themselves
  * (quickselect, three-way partition; no allocation); 1 <= k <= n. */
 void select_top(Ranked *r, size_t n, size_t k);
+
+/* The median of v[0..n), n >= 1, as numpy's np.median: the middle value, or the mean of the two middle values
+ * when n is even. Rearranges v (quickselect with a three-way partition: O(n), no allocation); v holds no NaN. */
+double median(double *v, size_t n);
 
 #endif
