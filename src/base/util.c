@@ -1,8 +1,7 @@
-/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, options with
- * a value, a growing string, a top-k selection and the median. */
+/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, a growing
+ * string, a top-k selection and the median. */
 #include "base/util.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,32 +96,6 @@ size_t edit_distance(const char *a, const char *b)
         }
     }
     return row[lb];
-}
-
-int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) return kvc_fail("%s: missing value after %s (got nothing)", argv[0], name);
-    *val = argv[++*i];
-    return 1;
-}
-
-int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
-    if (*s < '0' || *s > '9' || errno || *end || v < lo || v > hi)
-        return kvc_fail("%s: expected an integer in %zu..%zu (got \"%s\")", where, lo, hi, s);
-    *out = (size_t)v;
-    return 0;
 }
 
 void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
