@@ -26,7 +26,7 @@ OPT_FLAGS := $(filter -O% -g%,$(CFLAGS))
 
 SRC     := $(wildcard src/*/*.c)
 OBJ     := $(SRC:%.c=$(BUILD)/%.o)
-LIBOBJ  := $(filter-out $(BUILD)/src/cli/main.o,$(OBJ))
+LIBOBJ  := $(filter-out $(BUILD)/src/cli/%,$(OBJ))
 TESTSRC := $(wildcard tests/*.c)
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -57,7 +57,7 @@ $(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -fno-sanitize=undefined
 endif
 $(BUILD)/src/cli/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
 
-# C unit tests: each tests/NAME.c links every module but main.
+# C unit tests: each tests/NAME.c links every module but the commands (src/cli/).
 $(BUILD)/tests/%: tests/%.c $(LIBOBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJ) $(LDFLAGS) $(LDLIBS)
@@ -93,9 +93,9 @@ fuzz:
 	    $(FUZZ_TARGETS:%=build-fuzz/fuzz/fuzz_%)
 	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# The fuzz targets link an archive of the library modules, so the linker takes only what they call; bench.c and
+# The fuzz targets link an archive of the library modules, so the linker takes only what they call; eval/bench.c and
 # src/decode/ (the speed path, which the parsers never reach) are not even compiled for them.
-FUZZ_LIBOBJ := $(filter-out $(BUILD)/src/cli/bench.o $(BUILD)/src/decode/%,$(LIBOBJ))
+FUZZ_LIBOBJ := $(filter-out $(BUILD)/src/eval/bench.o $(BUILD)/src/decode/%,$(LIBOBJ))
 $(BUILD)/libkvc-fuzz.a: $(FUZZ_LIBOBJ)
 	rm -f $@
 	ar rcs $@ $(FUZZ_LIBOBJ)

@@ -141,6 +141,19 @@ def main():
                 stdout_re=r"^usage: kvc size --head-dim D")
     for args in (["help", "methods"], ["methods", "--help"], ["help", "help"]):
         ok_case("help-cmd[%s]" % " ".join(args), args, stdout_re=r"^usage: kvc (methods|help)")
+    # -h/--help is answered once for every command (src/cli/main.c): kvc CMD --help is kvc help CMD, byte for
+    # byte, wherever an option may stand; a word taken as an option's value is that value
+    for cmd in ("run", "size", "methods", "bench", "merge", "synth", "help"):
+        _, want, _ = run(["help", cmd])
+        bad = []
+        for args in ([cmd, "--help"], [cmd, "-h"], [cmd, "x", "--help"], [cmd, "--format", "table", "-h"]):
+            rc, out, err = run(args)
+            if rc != 0 or err or out != want:
+                bad.append("%s: exit %d stdout %s stderr %s" % (" ".join(args), rc, short(out, 80), short(err)))
+        report("help-same-text[%s]" % cmd, "; ".join(bad) if bad else None)
+    err_case("help-after-double-dash", ["merge", "--", "-h"], "-h", ("cannot open",), None)
+    err_case("help-word-as-value", ["run", "--set", "-h", PRACTICE], "--set -h", ("expected PATH=JSON",), '"-h"')
+
     out = ok_case("methods", ["methods"], ("bits", "axis", "apply_to", "sinks", "window", "budget", "rank"))
     names = [ln for ln in out.split("\n") if ln and not ln.startswith(" ")]
     names = [ln.split()[0] for ln in names]
@@ -411,6 +424,16 @@ def main():
     # ------------------------------------------------------------------ run options, commands
     err_case("run-unknown-option", ["run", PRACTICE, "--frobnicate"], "run", ("unknown option",),
              '"--frobnicate"')
+    err_case("run-near-option", ["run", PRACTICE, "--tread", "2"], "run",
+             ('unknown option; did you mean "--threads"? see kvc run --help',), '"--tread"')
+    err_case("run-near-option-equals", ["run", PRACTICE, "--timing-repat=3"], "run",
+             ('did you mean "--timing-repeat"?',), '"--timing-repat=3"')
+    err_case("run-flag-with-value", ["run", PRACTICE, "--list=yes"], "run: --list", ("takes no value",), '"yes"')
+    err_case("run-threads-word", ["run", PRACTICE, "--threads", "two"], "run: --threads",
+             ("must be an integer in 1..1024",), '"two"')
+    rc, out, err = run(["run", "--no-timing", "--format", "csv", "--", PRACTICE])
+    report("run-double-dash", None if rc == 0 and err == "" and len(csv_rows(out)) == 2
+           else "exit %d stderr %s" % (rc, short(err)))
     err_case("run-format-xml", ["run", PRACTICE, "--format", "xml"], "run: --format",
              ("table, csv or jsonl",), '"xml"')
     err_case("run-format-missing", ["run", PRACTICE, "--format"], "run", ("missing value after --format",),

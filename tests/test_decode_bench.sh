@@ -69,7 +69,7 @@ expect_usage bench-rejects-unknown-format "unknown format" --formats f16,int5
 expect_usage bench-rejects-kivi-pair "kivi2, kivi4 and kivi8" --formats kivi4/f16
 expect_usage bench-rejects-q4_0-odd-dim "multiple of 32" --head-dim 48 --formats q4_0
 expect_usage bench-rejects-zero-tokens "--tokens" --tokens 0
-expect_usage bench-rejects-unknown-option "unknown argument" --fast
+expect_usage bench-rejects-unknown-option "unknown option" --fast
 expect_usage bench-rejects-bad-threads "--threads" --threads 1,x
 expect_usage bench-rejects-rank-over-dim "rank must be at most" --head-dim 64 --formats lr80/f16
 expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1024

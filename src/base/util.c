@@ -1,8 +1,7 @@
-/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, options with
- * a value, a growing string and a top-k selection. */
+/* util: allocation that cannot fail silently, the error buffer, checked sizes, number formatting, a growing
+ * string, a top-k selection and the median. */
 #include "base/util.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,32 +98,6 @@ size_t edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) return kvc_fail("%s: missing value after %s (got nothing)", argv[0], name);
-    *val = argv[++*i];
-    return 1;
-}
-
-int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
-    if (*s < '0' || *s > '9' || errno || *end || v < lo || v > hi)
-        return kvc_fail("%s: expected an integer in %zu..%zu (got \"%s\")", where, lo, hi, s);
-    *out = (size_t)v;
-    return 0;
-}
-
 void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (*len + n + 1 > *cap) {
@@ -164,4 +137,40 @@ void select_top(Ranked *r, size_t n, size_t k)
         else if (kk >= gt) lo = gt;
         else return;
     }
+}
+
+static void swap_double(double *a, double *b)
+{
+    double t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the k-th smallest of x[0..n) to x[k], smaller or equal ones before it, larger or equal ones after it. */
+static void select_kth(double *x, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n;   /* the answer is in x[lo..hi) */
+    while (hi - lo > 1) {
+        double p = x[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) < p, [lt, i) == p, [gt, hi) > p */
+        while (i < gt) {
+            if (x[i] < p) swap_double(&x[lt++], &x[i++]);
+            else if (x[i] > p) swap_double(&x[i], &x[--gt]);
+            else i++;
+        }
+        if (k < lt) hi = lt;
+        else if (k >= gt) lo = gt;
+        else return;
+    }
+}
+
+double median(double *v, size_t n)
+{
+    size_t k = n / 2;
+    select_kth(v, n, k);
+    if (n % 2) return v[k];
+    double below = v[0];   /* the largest of v[0..k), all <= v[k] */
+    for (size_t i = 1; i < k; i++)
+        if (v[i] > below) below = v[i];
+    return (below + v[k]) / 2.0;
 }

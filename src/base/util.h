@@ -8,8 +8,8 @@
  * Numbers: fmt_double prints the first of %.15g, %.16g, %.17g that reads back to the same double
  * (round-trip exact; the shortest such form for all but a few powers of two and subnormals).
  * Sizes: size_mul/size_add are overflow-checked.
- * Small shared pieces: a command's option with a value (opt_value), a growing string (str_append), "the k
- * largest" selection (select_top).
+ * Small shared pieces: a growing string (str_append), "the k largest" selection (select_top), the median.
+ * (Command-line options are parsed in src/cli/opts.h.)
  */
 #ifndef KVC_UTIL_H
 #define KVC_UTIL_H
@@ -40,14 +40,6 @@ void fmt_double(char *buf, size_t cap, double x);
 /* Levenshtein distance, for "did you mean" suggestions. */
 size_t edit_distance(const char *a, const char *b);
 
-/* A command's option with a value: matches "NAME VALUE" or "NAME=VALUE" at argv[*i] (argv[0]: the command,
- * e.g. "run", for the message). Returns 1 with *val set (and *i on the value when it is a separate word), 0 when
- * argv[*i] is something else, -1 after kvc_fail when NAME is the last word. */
-int opt_value(int argc, char **argv, int *i, const char *name, const char **val);
-/* An option's decimal integer value in lo..hi ("where" names it in the message, e.g. "run: --threads").
- * Returns 0, or -1 with kvc_fail("<where>: expected an integer in lo..hi (got \"s\")"). */
-int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out);
-
 /* Appends s[0..n) to the string *buf (xmalloc'd, *cap > 0 bytes, *len of them used before the NUL), growing the
  * buffer to twice what it then needs when it is full. */
 void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
@@ -60,5 +52,9 @@ typedef struct Ranked {
 /* Rearranges r[0..n) so that r[0..k) are the k first in rank, in no particular order among themselves
  * (quickselect, three-way partition; no allocation); 1 <= k <= n. */
 void select_top(Ranked *r, size_t n, size_t k);
+
+/* The median of v[0..n), n >= 1, as numpy's np.median: the middle value, or the mean of the two middle values
+ * when n is even. Rearranges v (quickselect with a three-way partition: O(n), no allocation); v holds no NaN. */
+double median(double *v, size_t n);
 
 #endif

@@ -153,46 +153,12 @@ static void add_bias(rng *r, const Config *cfg, Data *d)
 
 /* ---- outlier channels per layer ---- */
 
-static void swap(double *a, double *b)
-{
-    double t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Moves the k-th smallest of x[0..n) to x[k], smaller or equal ones before it (quickselect with a three-way
- * partition, so runs of equal values cost nothing). */
-static void select_kth(double *x, size_t n, size_t k)
-{
-    size_t lo = 0, hi = n;   /* the answer is in x[lo..hi) */
-    while (hi - lo > 1) {
-        double p = x[lo + (hi - lo) / 2];
-        size_t lt = lo, i = lo, gt = hi;   /* [lo, lt) < p, [lt, i) == p, [gt, hi) > p */
-        while (i < gt) {
-            if (x[i] < p) swap(&x[lt++], &x[i++]);
-            else if (x[i] > p) swap(&x[i], &x[--gt]);
-            else i++;
-        }
-        if (k < lt) hi = lt;
-        else if (k >= gt) lo = gt;
-        else return;
-    }
-}
-
 /* np.median(np.abs(x)) of x[0..n), n >= 1. */
 static double median_abs(const double *x, size_t n)
 {
     double *a = xmalloc(n * sizeof *a);
     for (size_t i = 0; i < n; i++) a[i] = fabs(x[i]);
-    size_t k = n / 2;
-    select_kth(a, n, k);
-    double m = a[k];
-    if (n % 2 == 0) {
-        double below = a[0];
-        for (size_t i = 1; i < k; i++)
-            if (a[i] > below) below = a[i];
-        m = (below + m) / 2.0;
-    }
+    double m = median(a, n);
     free(a);
     return m;
 }

@@ -546,18 +546,6 @@ void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode)
     pool_run(d->pool, merge_item, d, n_q);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_sorted(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
                      const float *q, int threads, int repeat, DecodeMode mode)
 {
@@ -586,8 +574,8 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
         ta[r] = t1 - t0;
         tb[r] = decode_now() - t1;
     }
-    *ns_a = 1e9 * median_sorted(ta, repeat);
-    *ns_b = 1e9 * median_sorted(tb, repeat);
+    *ns_a = 1e9 * median(ta, (size_t)repeat);
+    *ns_b = 1e9 * median(tb, (size_t)repeat);
     free(ta);
     free(tb);
     free(out);

@@ -120,72 +120,14 @@ static int check_grid(const Config *cfg, const char *cfg_path, int per_head, siz
     return rc;
 }
 
-static int usage(const char *fmt, const char *arg)
+int merge_files(const MergeArgs *args)
 {
-    kvc_fail(fmt, arg);
-    return EXIT_USAGE;
-}
-
-int merge_command(int argc, char **argv)
-{
-    const char *cfg_path = NULL, *out = NULL;
-    int quiet = 0, opts = 1, rc = EXIT_USAGE;
-    char **sets = xcalloc((size_t)argc, sizeof *sets);
-    Input *in = xcalloc((size_t)argc, sizeof *in);
-    size_t n_sets = 0, n_in = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **slot = NULL;
-        if (opts && strcmp(a, "--") == 0) {
-            opts = 0;
-            continue;
-        }
-        if (opts && (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0)) {
-            quiet = 1;
-            continue;
-        }
-        const char *names[] = {"--config", "--set", "--out"};
-        int which = -1;
-        for (int k = 0; opts && k < 3; k++) {
-            size_t l = strlen(names[k]);
-            if (strncmp(a, names[k], l) == 0 && (a[l] == '\0' || a[l] == '=')) which = k;
-        }
-        if (which >= 0) {
-            size_t l = strlen(names[which]);
-            const char *v = a[l] == '=' ? a + l + 1 : NULL;
-            if (!v) {
-                if (i + 1 >= argc) {
-                    rc = usage("merge: missing value after %s (got nothing)", names[which]);
-                    goto done;
-                }
-                v = argv[++i];
-            }
-            if (which == 1) {
-                sets[n_sets++] = (char *)v;
-                continue;
-            }
-            if (!*v) {
-                rc = usage("merge: %s: needs a file name (got \"\")", names[which]);
-                goto done;
-            }
-            slot = which == 0 ? &cfg_path : &out;
-            *slot = v;
-            continue;
-        }
-        if (opts && a[0] == '-' && a[1] != '\0') {
-            rc = usage("merge: unknown option; see kvc merge --help (got \"%s\")", a);
-            goto done;
-        }
-        in[n_in++].path = a;
-    }
-    if (n_in == 0) {
-        rc = usage("merge: no input files; usage: kvc merge [--config CONFIG.json] FILE... (got %s)", "nothing");
-        goto done;
-    }
-    if (n_sets > 0 && !cfg_path) {
-        rc = usage("merge: --set needs --config (got --set %s)", sets[0]);
-        goto done;
-    }
+    const char *cfg_path = args->config, *out = args->out;
+    char *const *sets = args->sets;
+    int quiet = args->quiet, rc = EXIT_USAGE;
+    size_t n_sets = args->n_sets, n_in = args->n_files;
+    Input *in = xcalloc(n_in, sizeof *in);
+    for (size_t f = 0; f < n_in; f++) in[f].path = args->files[f];
 
     Format fmt = FORMAT_CSV;
     int per_head = 0;
@@ -297,6 +239,5 @@ done:
         free(in[f].text);
     }
     free(in);
-    free(sets);
     return rc;
 }

@@ -1,4 +1,5 @@
-/* merge: `kvc merge`, one results file from the CSV or JSONL files of shards or resumed runs.
+/* merge: `kvc merge` (options in src/cli/merge.c), one results file from the CSV or JSONL files of shards or
+ * resumed runs.
  *
  * Every input must be a complete kvc results file of one format (CSV with this kvc's header, or JSONL;
  * results.h); a torn last line is refused (finish that run with --resume first). No id may appear twice.
@@ -12,21 +13,19 @@
 #ifndef KVC_MERGE_H
 #define KVC_MERGE_H
 
-#define MERGE_USAGE                                                                                          \
-    "usage: kvc merge [--config CONFIG.json [--set PATH=JSON]...] [--out FILE] [-q] FILE...\n"               \
-    "\n"                                                                                                     \
-    "Combines the CSV (or JSONL) files of kvc run --shard or --resume into one, keyed by the id column.\n"   \
-    "Refuses a torn last line, a row that appears twice and mixed formats. With --config (and the same\n"   \
-    "--set values as the runs) it also refuses rows that are not in the config's grid, labels that\n"        \
-    "changed and missing rows, and writes the rows in grid order: merged shards equal the unsharded run.\n"  \
-    "\n"                                                                                                     \
-    "  --config CONFIG.json  the config the files were run from; without it missing rows go unnoticed\n"    \
-    "  --set PATH=JSON       the overrides the runs used (repeatable, needs --config)\n"                     \
-    "  --out FILE            write FILE whole (temporary file, then rename) instead of stdout\n"             \
-    "  -q, --quiet           no notes on stderr\n"                                                           \
-    "  -h, --help            this help\n"
+#include <stddef.h>
 
-/* argv[0] is "merge". Returns EXIT_OK, or EXIT_USAGE / EXIT_RUNTIME with kvc_fail set. */
-int merge_command(int argc, char **argv);
+typedef struct MergeArgs {
+    const char *config;          /* --config CONFIG.json, or NULL */
+    char *const *sets;           /* the --set values the runs used (only with config) */
+    size_t n_sets;
+    const char *out;             /* --out FILE, or NULL for stdout */
+    int quiet;                   /* -q: no notes on stderr */
+    const char *const *files;    /* the inputs, at least one */
+    size_t n_files;
+} MergeArgs;
+
+/* Returns EXIT_OK, or EXIT_USAGE / EXIT_RUNTIME with kvc_fail set. */
+int merge_files(const MergeArgs *args);
 
 #endif

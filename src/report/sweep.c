@@ -65,37 +65,6 @@ int sweep_parse_shard(const char *s, size_t *i, size_t *n)
     return 0;
 }
 
-int sweep_option(SweepOpts *o, int argc, char **argv, int *i)
-{
-    const char *v;
-    int r;
-    if (strcmp(argv[*i], "-q") == 0 || strcmp(argv[*i], "--quiet") == 0) {
-        o->quiet = 1;
-        return 1;
-    }
-    if (strcmp(argv[*i], "--resume") == 0) {
-        o->resume = 1;
-        return 1;
-    }
-    if (strcmp(argv[*i], "--list") == 0) {
-        o->list = 1;
-        return 1;
-    }
-    if ((r = opt_value(argc, argv, i, "--out", &v)) != 0) {
-        if (r < 0) return -1;
-        if (v[0] == '\0') return kvc_fail("run: --out: needs a file name (got \"\")");
-        o->out = v;
-        return 1;
-    }
-    if ((r = opt_value(argc, argv, i, "--shard", &v)) != 0) {
-        if (r < 0) return -1;
-        if (sweep_parse_shard(v, &o->shard_i, &o->shard_n))
-            return kvc_fail("run: --shard: must be I/N with 1 <= I <= N <= %lu, e.g. 2/8 (got \"%s\")", CONFIG_MAX_ROWS, v);
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- writing ---- */
 
 static int write_all(int fd, const char *buf, size_t n)

@@ -36,6 +36,7 @@
 
 #include <stddef.h>
 
+/* What the options of kvc run (src/cli/run.c) ask for. */
 typedef struct SweepOpts {
     const char *out;            /* --out FILE, or NULL for stdout */
     int resume;                 /* --resume */
@@ -43,11 +44,6 @@ typedef struct SweepOpts {
     int quiet;                  /* -q, --quiet: no progress line, no notes */
     int list;                   /* --list: print the rows this run would compute, compute nothing */
 } SweepOpts;
-
-/* Takes the sweep option at argv[*i] (--out FILE, --resume, --shard I/N, --list, -q, --quiet; --out=FILE and
- * --shard=I/N too). Returns 1 when it took one (*i then points at its last word), 0 when argv[*i] is not
- * a sweep option, -1 with kvc_fail on a missing or bad value. argv[0] is the command ("run"), as messages say. */
-int sweep_option(SweepOpts *o, int argc, char **argv, int *i);
 
 /* Parses "I/N" (1 <= I <= N <= 1000000). Returns 0 or -1 (no kvc_fail). */
 int sweep_parse_shard(const char *s, size_t *i, size_t *n);

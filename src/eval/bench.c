@@ -1,0 +1,372 @@
+/* bench: the decode-speed measurement (see bench.h). L layers, Hkv KV heads, Hq query heads, T tokens, D head
+ * dim. */
+#include "eval/bench.h"
+#include "base/attention.h"
+#include "base/rng.h"
+#include "base/util.h"
+#include "decode/decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- formats ------------------------------------------------------------------------------------------------- */
+
+int bench_format_parse(BenchFormat *f, const char *s, const char *where)
+{
+    memset(f, 0, sizeof *f);
+    if (strlen(s) >= sizeof f->name) return kvc_fail("%s: format name too long (got \"%s\")", where, s);
+    strcpy(f->name, s);
+    if (strcmp(s, "kivi2") == 0 || strcmp(s, "kivi4") == 0 || strcmp(s, "kivi8") == 0) {
+        int b = s[4] - '0';
+        f->k = store_intn_format(b, 1, STORE_AXIS_CHANNEL, BENCH_KIVI_GROUP, STORE_SCALE_F16);
+        f->v = store_intn_format(b, 1, STORE_AXIS_TOKEN, BENCH_KIVI_GROUP, STORE_SCALE_F16);
+        f->resid = BENCH_KIVI_RESIDUAL;
+        return 0;
+    }
+    if (strncmp(s, "kivi", 4) == 0)
+        return kvc_fail("%s: KIVI's formats are kivi2, kivi4 and kivi8, for keys and values together (got \"%s\")",
+                        where, s);
+    char kname[64];
+    strcpy(kname, s);
+    char *slash = strchr(kname, '/');
+    if (slash) *slash = '\0';
+    if (store_format_parse(&f->k, kname, where) || store_format_parse(&f->v, slash ? slash + 1 : kname, where))
+        return -1;
+    return 0;
+}
+
+void bench_format_names(char *kf, char *vf, size_t cap, const BenchFormat *f, size_t T)
+{
+    store_format_name(kf, cap, f->k);
+    store_format_name(vf, cap, f->v);
+    if (f->resid && T > f->resid) {   /* kivi: asymmetric intN groups, then the FP16 residual */
+        snprintf(kf, cap, "int%da-ch-g%d+f16r%zu", f->k.bits, BENCH_KIVI_GROUP, f->resid);
+        snprintf(vf, cap, "int%da-g%d+f16r%zu", f->v.bits, BENCH_KIVI_GROUP, f->resid);
+    } else if (f->resid) {   /* kivi with T <= the residual: every token in FP16 */
+        snprintf(kf, cap, "f16");
+        snprintf(vf, cap, "f16");
+    }
+}
+
+/* ---- machine ------------------------------------------------------------------------------------------------- */
+
+long bench_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+static int read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *ok = fgets(buf, (int)cap, f);
+    fclose(f);
+    if (!ok) return -1;
+    buf[strcspn(buf, "\n")] = '\0';
+    return 0;
+}
+
+/* Bytes of a cache size string like "32768K" or "32M". */
+static size_t parse_cache_size(const char *s)
+{
+    char *end;
+    size_t v = (size_t)strtoull(s, &end, 10);
+    if (*end == 'K') v <<= 10;
+    else if (*end == 'M') v <<= 20;
+    return v;
+}
+
+/* The largest cache of cpu0 (sysfs), or 32 MiB when unknown. */
+size_t bench_llc_bytes(void)
+{
+    size_t best = 0;
+    char path[128], buf[64];
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (read_line(path, buf, sizeof buf)) continue;
+        size_t v = parse_cache_size(buf);
+        if (v > best) best = v;
+    }
+    return best ? best : (size_t)32 << 20;
+}
+
+void bench_cpu_model(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(buf, cap, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+void bench_caches(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    char path[128], lvl[16], type[32], size[32];
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_line(path, lvl, sizeof lvl)) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (read_line(path, type, sizeof type)) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (read_line(path, size, sizeof size)) continue;
+        if (strcmp(type, "Instruction") == 0) continue;
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%sL%s%s %s", n ? ", " : "", lvl, strcmp(type, "Data") == 0 ? "d" : "", size);
+    }
+    if (!buf[0]) snprintf(buf, cap, "unknown");
+}
+
+void bench_isa_flags(char *buf, size_t cap)
+{
+    unsigned f = decode_cpu_features();
+    snprintf(buf, cap, "%s%s%s%s", f & DECODE_CPU_AVX2 ? "avx2 " : "", f & DECODE_CPU_FMA ? "fma " : "",
+             f & DECODE_CPU_F16C ? "f16c " : "", f & DECODE_CPU_AVX512F ? "avx512f" : "(no avx512f)");
+}
+
+/* ---- measurements -------------------------------------------------------------------------------------------- */
+
+/* Times `repeat` steps after one untimed warm-up; the last output stays in out. */
+static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat)
+{
+    double *t = xmalloc((size_t)repeat * sizeof *t);
+    decoder_step(d, out, q, mode);
+    for (int r = 0; r < repeat; r++) {
+        double t0 = decode_now();
+        decoder_step(d, out, q, mode);
+        t[r] = decode_now() - t0;
+    }
+    BenchStat s = {0, t[0], t[0]};
+    for (int r = 0; r < repeat; r++) {
+        if (t[r] < s.min) s.min = t[r];
+        if (t[r] > s.max) s.max = t[r];
+    }
+    s.med = median(t, (size_t)repeat);
+    free(t);
+    return s;
+}
+
+/* Read bandwidth in GB/s on each thread count: `repeat` timed passes over the buffer; samples appended. */
+static int probe_bandwidth(const BenchPlan *p, const float *buf, size_t n, double **samples, size_t *n_samples)
+{
+    double *t = xmalloc((size_t)p->repeat * sizeof *t);
+    for (size_t k = 0; k < p->n_threads; k++) {
+        if (decode_read_times(t, p->repeat, buf, n, p->threads[k])) {
+            free(t);
+            return -1;
+        }
+        for (int r = 0; r < p->repeat; r++) samples[k][n_samples[k]++] = (double)n * sizeof(float) / t[r] / 1e9;
+    }
+    free(t);
+    return 0;
+}
+
+
+typedef struct Source {
+    float *K, *V;    /* (L*Hkv, T, D) */
+    float *B;        /* (D, D) a basis for low-rank formats: N(0, 1/R) is drawn per rank on use */
+} Source;
+
+static void fill_normal(rng *r, float *x, size_t n)
+{
+    double buf[4096];
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t m = n - i < 4096 ? n - i : 4096;
+        rng_normal_fill(r, buf, m);
+        for (size_t k = 0; k < m; k++) x[i + k] = (float)buf[k];
+    }
+}
+
+/* Stores one tensor of the source in format f. Low rank: coefficients are the first R columns of each
+ * source row, the basis is the first R rows of src->B scaled by 1/sqrt(R) (decode speed does not depend
+ * on the values; accuracy is checked against the stored tensor itself). */
+static void build_tensor(StoreTensor *st, StoreFormat f, const float *x, const Source *src, size_t T, size_t D)
+{
+    store_alloc(st, f, T, D);
+    if (!f.rank) {
+        store_quantize_f32(st, x);
+        return;
+    }
+    size_t R = f.rank;
+    float *c = xmalloc(T * R * sizeof *c), *B = xmalloc(R * D * sizeof *B);
+    for (size_t t = 0; t < T; t++) memcpy(c + t * R, x + t * D, R * sizeof *c);
+    for (size_t i = 0; i < R * D; i++) B[i] = src->B[i] / sqrtf((float)R);
+    store_quantize_f32(st, c);
+    store_set_basis_f32(st, B);
+    free(c);
+    free(B);
+}
+
+/* Attention over the dequantized cache (main tokens, then the residual) in double (the quality path), for every
+ * query head. */
+static void reference(double *ref, const DecodeCache *c, const float *q, size_t Hq)
+{
+    size_t T = c->T + c->Tr, D = c->D, G = Hq / c->Hkv;
+    double *Kd = xmalloc(T * D * sizeof *Kd), *Vd = xmalloc(T * D * sizeof *Vd), *w = xmalloc(T * sizeof *w);
+    double *qd = xmalloc(D * sizeof *qd);
+    for (size_t l = 0; l < c->L; l++)
+        for (size_t h = 0; h < c->Hkv; h++) {
+            store_dequantize_f64(Kd, &c->K[l * c->Hkv + h]);
+            store_dequantize_f64(Vd, &c->V[l * c->Hkv + h]);
+            if (c->Tr) {
+                store_dequantize_f64(Kd + c->T * D, &c->Kr[l * c->Hkv + h]);
+                store_dequantize_f64(Vd + c->T * D, &c->Vr[l * c->Hkv + h]);
+            }
+            for (size_t g = 0; g < G; g++) {
+                size_t qi = l * Hq + h * G + g;
+                for (size_t j = 0; j < D; j++) qd[j] = q[qi * D + j];
+                attn_forward(ref + qi * D, w, qd, Kd, Vd, T, D);
+            }
+        }
+    free(Kd), free(Vd), free(w), free(qd);
+}
+
+static double rel_error(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        num += e * e;
+        den += b[i] * b[i];
+    }
+    if (den == 0) return num == 0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+/* ---- the run ------------------------------------------------------------------------------------------------- */
+
+/* Times every query head count and thread count over one format's cache; appends to res from *nr. */
+static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const BenchFormat *fm, const Source *src,
+                      const float *q, float *out, float *first, double *ref, StoreTensor *K, StoreTensor *V,
+                      StoreTensor *Kr, StoreTensor *Vr)
+{
+    size_t n_kv = p->L * p->Hkv, per = p->T * p->D;
+    uint64_t bytes = 0;
+    /* kivi: the first T - resid tokens quantized, the rest FP16 (all FP16 when T <= resid) */
+    size_t Tr = fm->resid ? (p->T > fm->resid ? fm->resid : 0) : 0, Tm = p->T - Tr;
+    StoreFormat f16;
+    memset(&f16, 0, sizeof f16);
+    f16.type = STORE_F16;
+    StoreFormat kf = fm->resid && !Tr ? f16 : fm->k, vf = fm->resid && !Tr ? f16 : fm->v;
+    for (size_t i = 0; i < n_kv; i++) {
+        build_tensor(&K[i], kf, src->K + i * per, src, Tm, p->D);
+        build_tensor(&V[i], vf, src->V + i * per, src, Tm, p->D);
+        bytes += store_bytes(&K[i]) + store_bytes(&V[i]);
+        if (Tr) {
+            build_tensor(&Kr[i], f16, src->K + i * per + Tm * p->D, src, Tr, p->D);
+            build_tensor(&Vr[i], f16, src->V + i * per + Tm * p->D, src, Tr, p->D);
+            bytes += store_bytes(&Kr[i]) + store_bytes(&Vr[i]);
+        }
+    }
+    DecodeCache dc = {.L = p->L, .Hkv = p->Hkv, .T = Tm, .D = p->D, .K = K, .V = V, .Tr = Tr, .Kr = Kr, .Vr = Vr};
+    int rc = 0;
+    for (size_t h = 0; h < p->n_hq && !rc; h++) {
+        size_t n_out = p->L * p->hq[h] * p->D;
+        reference(ref, &dc, q, p->hq[h]);
+        for (size_t k = 0; k < p->n_threads && !rc; k++) {
+            BenchResult *re = &res[*nr];
+            re->format = fm, re->hq = p->hq[h], re->threads = p->threads[k], re->bytes = bytes;
+            Decoder *d = decoder_create(&dc, p->hq[h], p->threads[k], DECODE_FUSED);
+            if (!d) {
+                rc = -1;
+                break;
+            }
+            re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat);
+            re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat);
+            decoder_free(d);
+            re->rel = rel_error(out, ref, n_out);
+            if (k == 0) memcpy(first, out, n_out * sizeof *out);
+            re->same_threads = memcmp(first, out, n_out * sizeof *out) == 0;
+            if (p->naive_repeat > 0) {
+                Decoder *dn = decoder_create(&dc, p->hq[h], p->threads[k], DECODE_NAIVE);
+                if (!dn) {
+                    rc = -1;
+                    break;
+                }
+                re->naive = time_steps(dn, out, q, DECODE_FULL, p->naive_repeat);
+                re->has_naive = 1;
+                decoder_free(dn);
+            }
+            (*nr)++;
+        }
+    }
+    for (size_t i = 0; i < n_kv; i++) {
+        store_free(&K[i]);
+        store_free(&V[i]);
+        store_free(&Kr[i]);
+        store_free(&Vr[i]);
+    }
+    return rc;
+}
+
+int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan *p, FILE *progress)
+{
+    size_t n_kv = p->L * p->Hkv, per = p->T * p->D, hq_max = 0;
+    for (size_t k = 0; k < p->n_hq; k++)
+        if (p->hq[k] > hq_max) hq_max = p->hq[k];
+
+    /* bandwidth probe buffer, and samples before and after */
+    size_t bw_n = p->bw_mib << 18;
+    float *bw_buf = xmalloc(bw_n * sizeof *bw_buf);
+    for (size_t i = 0; i < bw_n; i++) bw_buf[i] = 1.0f;
+    double **samples = xcalloc(p->n_threads, sizeof *samples);
+    size_t *n_samples = xcalloc(p->n_threads, sizeof *n_samples);
+    for (size_t k = 0; k < p->n_threads; k++) samples[k] = xmalloc(2 * (size_t)p->repeat * sizeof **samples);
+    if (progress) fprintf(progress, "kvc bench: measuring read bandwidth (%zu MiB)\n", p->bw_mib);
+    int rc = probe_bandwidth(p, bw_buf, bw_n, samples, n_samples);
+
+    /* the source cache and the queries */
+    Source src;
+    rng r;
+    rng_seed_u64(&r, p->seed);
+    if (progress) fprintf(progress, "kvc bench: generating %zu x %zu x %zu keys and values\n", n_kv, p->T, p->D);
+    src.K = xmalloc(n_kv * per * sizeof *src.K);
+    src.V = xmalloc(n_kv * per * sizeof *src.V);
+    src.B = xmalloc(p->D * p->D * sizeof *src.B);
+    fill_normal(&r, src.K, n_kv * per);
+    fill_normal(&r, src.V, n_kv * per);
+    fill_normal(&r, src.B, p->D * p->D);
+    float *q = xmalloc(p->L * hq_max * p->D * sizeof *q), *out = xmalloc(p->L * hq_max * p->D * sizeof *out);
+    float *first = xmalloc(p->L * hq_max * p->D * sizeof *first);
+    fill_normal(&r, q, p->L * hq_max * p->D);
+    double *ref = xmalloc(p->L * hq_max * p->D * sizeof *ref);
+
+    size_t nr = 0;
+    StoreTensor *K = xcalloc(n_kv, sizeof *K), *V = xcalloc(n_kv, sizeof *V);
+    StoreTensor *Kr = xcalloc(n_kv, sizeof *Kr), *Vr = xcalloc(n_kv, sizeof *Vr);
+    for (size_t s = 0; s < p->n_formats && !rc; s++) {
+        if (progress) fprintf(progress, "kvc bench: %s\n", p->formats[s].name);
+        rc = run_format(res, &nr, p, &p->formats[s], &src, q, out, first, ref, K, V, Kr, Vr);
+    }
+    if (!rc) rc = probe_bandwidth(p, bw_buf, bw_n, samples, n_samples);
+    if (!rc) {
+        for (size_t k = 0; k < p->n_threads; k++) {
+            bw_max[k] = 0;
+            for (size_t i = 0; i < n_samples[k]; i++)
+                if (samples[k][i] > bw_max[k]) bw_max[k] = samples[k][i];
+            bw_med[k] = median(samples[k], n_samples[k]);
+        }
+        for (size_t i = 0; i < nr; i++)
+            for (size_t k = 0; k < p->n_threads; k++)
+                if (res[i].threads == p->threads[k]) res[i].bw = bw_med[k], res[i].bw_max = bw_max[k];
+    }
+    for (size_t k = 0; k < p->n_threads; k++) free(samples[k]);
+    free(samples), free(n_samples);
+    free(bw_buf), free(src.K), free(src.V), free(src.B), free(q), free(out), free(first), free(ref);
+    free(K), free(V), free(Kr), free(Vr);
+    return rc;
+}
