@@ -319,6 +319,50 @@ static void test_lowrank(void)
     free(y);
 }
 
+/* binary16 by the rounding core of src/base/half.h: the definition half_from_double computes on the bits. */
+static uint16_t f16_core(double x)
+{
+    unsigned sign = signbit(x) ? 0x8000u : 0u;
+    if (isnan(x)) return (uint16_t)(sign | 0x7E00u);
+    double v = half_round_mag(fabs(x), 10, -14);
+    if (v > 65504.0) return (uint16_t)(sign | 0x7C00u);
+    return (uint16_t)(sign | half_encode_mag(v, 10, -14, 15));
+}
+
+/* half_from_double against the core: every FP16 value, its neighbours in double, the midpoints between codes and
+ * their neighbours (both signs), and random doubles over the whole range. */
+static void test_half_double_bits(void)
+{
+    int ok = 1;
+    char why[160] = "";
+    for (unsigned h = 0; h < 0x7C00u && ok; h++) {
+        double v = half_to_double((uint16_t)h), w = half_to_double((uint16_t)(h + 1)), mid = v + (w - v) / 2;
+        const double xs[] = {v, nextafter(v, 0.0), nextafter(v, INFINITY), mid, nextafter(mid, 0.0),
+                             nextafter(mid, INFINITY)};
+        for (size_t k = 0; k < sizeof xs / sizeof xs[0] && ok; k++)
+            for (int sg = 0; sg < 2 && ok; sg++) {
+                double x = sg ? -xs[k] : xs[k];
+                ok = half_from_double(x) == f16_core(x);
+                if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", x, half_from_double(x), f16_core(x));
+            }
+    }
+    uint64_t seed = 17;
+    for (int i = 0; i < 2000000 && ok; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        double x = ldexp((double)(seed >> 11) / 9007199254740992.0, (int)(seed % 80) - 50);
+        if (seed & 1024) x = -x;
+        ok = half_from_double(x) == f16_core(x);
+        if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", x, half_from_double(x), f16_core(x));
+    }
+    const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN, 65504.0, 65519.99, 65520.0, 1e300, 0x1p-1074,
+                         0x1p-25, 0x1.8p-25, 0x1p-24, 0x1.0000000000001p-25};
+    for (size_t k = 0; k < sizeof sp / sizeof sp[0] && ok; k++) {
+        ok = half_from_double(sp[k]) == f16_core(sp[k]);
+        if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", sp[k], half_from_double(sp[k]), f16_core(sp[k]));
+    }
+    check(ok, "half-from-double-equals-core", why);
+}
+
 /* The type table: every row complete and consistent with the entry points that read it. */
 static void test_traits(void)
 {
@@ -512,6 +556,7 @@ int main(int argc, char **argv)
     test_half_paths();
     test_int_codes();
     test_lowrank();
+    test_half_double_bits();
     test_traits();
     test_intn_int_format();
     test_intn_to_int();

@@ -49,13 +49,23 @@ static double nan_to_double(unsigned sign, uint64_t frac, unsigned fbits)
 
 /* ---- binary16 ---- */
 
+/* The same rounding as half_round_mag(|x|, 10, -14) + half_encode_mag done on the bits of the double (as
+ * half_from_float does on a float's); tests/test_store.c checks the two agree. */
 uint16_t half_from_double(double x)
 {
-    unsigned sign = signbit(x) ? 0x8000u : 0u;
-    if (isnan(x)) return (uint16_t)(sign | 0x7E00u);
-    double v = half_round_mag(fabs(x), 10, -14);
-    if (v > 65504.0) return (uint16_t)(sign | 0x7C00u);
-    return (uint16_t)(sign | half_encode_mag(v, 10, -14, 15));
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+    uint64_t ax = u & 0x7FFFFFFFFFFFFFFFu;
+    if (ax > 0x7FF0000000000000u) return (uint16_t)(sign | 0x7E00u);    /* NaN */
+    if (ax >= 0x40EFFE0000000000u) return (uint16_t)(sign | 0x7C00u);   /* >= 65520 rounds to inf; inf */
+    if (ax < 0x3F10000000000000u) {                                      /* below 2^-14: subnormal or zero */
+        double a;
+        memcpy(&a, &ax, sizeof a);
+        return (uint16_t)(sign | (uint16_t)rint(a * 16777216.0));      /* a * 2^24 is exact */
+    }
+    uint64_t m = ax + 0x1FFFFFFFFFFu + ((ax >> 42) & 1u);               /* round the 42 dropped bits, ties to even */
+    return (uint16_t)(sign | (uint16_t)((m >> 42) - ((uint64_t)(1023 - 15) << 10)));   /* rebias 1023 -> 15 */
 }
 
 uint16_t half_from_float(float f)

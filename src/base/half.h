@@ -34,7 +34,8 @@ uint16_t bf16_from_float(float x);
 float bf16_to_float(uint16_t b);
 double bf16_to_double(uint16_t b);
 
-/* The rounding core of every narrow binary format (binary16, bfloat16 here; FP8 E4M3 / E5M2 in store.c).
+/* The rounding core of every narrow binary format (bfloat16 here, FP8 E4M3 / E5M2 in store.c; half_from_double
+ * is the same rounding done on the double's bits, which tests/test_store.c checks against this core).
  * half_round_mag: a >= 0 rounded to nearest even in a format with M explicit mantissa bits whose smallest
  * normal exponent is emin (gradual underflow below it), with no upper limit; exact (scaling by powers of two and
  * rint in the default rounding mode); infinity stays infinity. The caller handles overflow.
