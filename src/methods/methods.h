@@ -7,7 +7,10 @@
  * index bytes, outlier records, a cast's FP32 scales). kvc run's decode timing (src/eval/timing.h) times a decode
  * step over exactly those stored tensors. Methods never compute attention; the shared kernel in attention.c does
  * that for every method. Adding a method is one file plus one row in registry.c; `kvc methods`, config
- * validation and the README's method table come from these rows.
+ * validation and the README's method table come from these rows. Its apply stores each tensor it rewrites with
+ * src/store/store.h (a format of the type table, or STORE_INTN), keeps those StoreTensors in out->stored,
+ * reconstructs K'/V' from them and counts their store_bytes; a form no decode path reads sets stored.none with
+ * the reason. tests/test_timing.c then checks its stored form against its bytes, tests/test_methods.c its rules.
  */
 #ifndef KVC_METHODS_H
 #define KVC_METHODS_H
@@ -111,7 +114,8 @@ typedef struct Compressed {
     double *K, *V;        /* reconstructed tensors (T, D), or NULL when the method leaves that tensor exact */
     size_t *kept;         /* eviction: kept token indices, ascending; NULL when every token is kept */
     size_t n_kept;
-    uint64_t bytes;       /* bytes of the stored cache: every tensor of the cache, every scale, basis, index */
+    uint64_t bytes;       /* bytes of the stored cache: every tensor of the cache (store_bytes of the stored tensors,
+                             storage shared by heads split over them), every scale, basis, index */
     /* Optional factored form of a rewritten tensor (low rank), read by pipelines: X' = coef (T, rank) @ basis
      * (rank, D), both stored in FP16. basis_shared: one basis serves every head of an apply_layer call. */
     double *Kcoef, *Kbasis, *Vcoef, *Vbasis;

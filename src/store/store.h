@@ -81,14 +81,14 @@
  * The type table (store_type_traits, in the spirit of ggml's type_traits): one row per StoreType with its
  * name, code bits, block size and bytes, layout (where its scales live), and the three functions every generic
  * entry point goes through: the scale pass over the whole input, quantize_row and to_float_row. store_type_name,
- * store_type_bits, store_row_bytes, store_check, store_alloc, store_format_parse, store_quantize_* and
- * store_dequantize_* read the table; nothing else in store.c switches on the type. Adding a format: a StoreType
- * value (before STORE_INTN), its row in store.c's table with its functions, its definition in the list above,
- * and its checks in tests/test_store.c (and an oracle in tests/test_store.py); it is then parsed, allocated,
- * quantized, read back, counted and decoded (through to_float_row tiles: src/decode/decode.h) everywhere.
- * A fused decode kernel for it is src/decode/'s business: decode keeps its own per-type kernel table indexed by
- * StoreType beside this one (as ggml-cpu's type_traits_cpu sits beside ggml's type_traits) and may pick a kernel
- * family by the row's layout.
+ * store_type_bits, store_row_bytes, store_check, store_alloc, store_format_parse (and its messages),
+ * store_quantize_* and store_dequantize_* read the table instead of switching on the type. Adding a format: a
+ * StoreType value (before STORE_NTYPES), its row in store.c's table with its functions (a block type: its block
+ * struct above too), its definition in the list above, and its checks in tests/test_store.c (and an oracle in
+ * tests/test_store.py); it is then parsed, allocated, quantized, read back and counted everywhere, and decoded
+ * (src/decode/decode.h) through tiles of to_float_row until src/decode/ has a fused kernel for it: decode keeps
+ * its own per-type kernel table indexed by StoreType beside this one (as ggml-cpu's type_traits_cpu sits beside
+ * ggml's type_traits) and may pick a kernel family by the row's layout.
  *
  * Hook for the method library: a method fills a StoreTensor per head and tensor with exactly what it stores
  * (store_alloc + store_quantize_*, store_quantize_intn_unrounded_f64 or writing the codes itself), counts
@@ -180,7 +180,7 @@ static_assert(sizeof(StoreBlockIQ4_NL) == 18, "iq4_nl block is 18 bytes");
 /* iq4_nl's non-linear code book K[16] */
 extern const int8_t store_iq4nl_values[16];
 
-struct StoreTensor {
+typedef struct StoreTensor {
     StoreFormat fmt;
     size_t T, D;         /* logical shape: T tokens, D head dim */
     size_t W;            /* stored columns per token: D, or fmt.rank when low rank */
@@ -194,7 +194,7 @@ struct StoreTensor {
     uint8_t *params;     /* n_groups scales, then (asym) n_groups mins, each FP16 or FP32 (fmt.scale_type) */
     size_t n_groups;
     size_t param_bytes;
-};
+} StoreTensor;
 
 /* Where a type's scales live: what a reader of the bytes (a decode kernel) must know besides the code bits. */
 typedef enum StoreLayout {
@@ -210,7 +210,6 @@ typedef enum StoreLayout {
 /* One row of the type table. Rows of a token are row_bytes = block_size > 1 ? W / block_size * block_bytes :
  * ceil(W * bits / 8) bytes (STORE_LAYOUT_STREAM: see intN above). The functions take the whole input x (T, W)
  * row-major in double (xd) or float (xf), exactly one of them set, or its row t (W values). */
-typedef struct StoreTensor StoreTensor;
 typedef struct StoreTypeTraits {
     const char *name;        /* store_type_name */
     const char *alias;       /* a second name store_format_parse reads ("fp8" for e4m3), or NULL */
