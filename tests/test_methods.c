@@ -43,7 +43,8 @@ static void test_split_bytes(void)
     check(ok, "split_bytes_sum_and_spread", "shares must sum to the total and differ by at most 1, first heads first");
 }
 
-/* Runs method m (a config experiment) on one layer of H heads of (T, D) K, V; out[H] filled. */
+/* Runs method m (a config experiment) on one layer of H heads of (T, D) K, V as kvc run does (method_run, stored
+ * forms completed); out[H] filled. */
 static int run_layer(Compressed *out, const Experiment *ex, const double *K, const double *V, size_t H, size_t T,
                      size_t D, const size_t *pos_unused)
 {
@@ -52,9 +53,7 @@ static int run_layer(Compressed *out, const Experiment *ex, const double *K, con
     for (size_t h = 0; h < H; h++)
         in[h] = (MethodInput){.T = T, .D = D, .K = K + h * T * D, .V = V ? V + h * T * D : NULL, .head = h,
                               .seed = "0"};
-    memset(out, 0, H * sizeof *out);
-    int rc = ex->method->apply_layer ? ex->method->apply_layer(out, ex, in, H) : 0;
-    for (size_t h = 0; !ex->method->apply_layer && rc == 0 && h < H; h++) rc = ex->method->apply(&out[h], ex, &in[h]);
+    int rc = method_run(out, ex, in, H, 1);
     free(in);
     return rc;
 }
@@ -88,6 +87,16 @@ static void test_share_heads(void)
     check(ok, "share_heads_mean_of_group", "every head of a group reads the mean of its K and of its V");
     check(sum == 2 * (2 * T * D * 2), "share_heads_bytes", "expected 2 pooled heads x K,V in FP16 = %d, got %llu",
           2 * (2 * T * D * 2), (unsigned long long)sum);
+    /* stored form: the pooled head in FP16, held by the first head of each group, read by the second */
+    ok = rc == 0;
+    for (int h = 0; ok && h < H; h++) {
+        const MethodStored *s = &c[h].stored;
+        ok = s->share == 2 && s->reads_first == (h % 2) && !s->none && (h % 2 ? !s->K.codes && !s->V.codes :
+             s->K.fmt.type == STORE_F16 && s->K.T == T && s->V.T == T && store_bytes(&s->K) + store_bytes(&s->V) == 2 * T * D * 2);
+        for (int i = 0; ok && !(h % 2) && i < T * D; i++)
+            ok = store_f16_to_f32(((const uint16_t *)(const void *)s->K.codes)[i]) == (float)store_f16_to_f32(store_f16_from_f64(c[h].K[i]));
+    }
+    check(ok, "share_heads_stored_form", "the first head of a group holds the pooled FP16 head, the second reads it");
     for (int h = 0; h < H; h++) compressed_free(&c[h]);
     config_free(&cfg);
 }
@@ -117,6 +126,13 @@ static void test_evict_rules(void)
           c.kept && c.n_kept > 1 ? c.kept[1] : 0, c.kept && c.n_kept > 2 ? c.kept[2] : 0);
     check(c.bytes == 3 * 2 * D * 2 + 3 * 4, "knorm_bytes", "FP16 K,V of 3 tokens + 3 int32, got %llu",
           (unsigned long long)c.bytes);
+    /* stored form: the kept rows in FP16 (method_run); the index bytes are not a tensor */
+    int okst = rc == 0 && c.stored.K.T == 3 && c.stored.V.T == 3 && c.stored.K.fmt.type == STORE_F16 &&
+               store_bytes(&c.stored.K) + store_bytes(&c.stored.V) + 3 * 4 == c.bytes;
+    for (size_t i = 0; okst && i < 3; i++)
+        okst = ((const uint16_t *)(const void *)c.stored.K.codes)[i * D] == store_f16_from_f64(K[c.kept[i] * D]) &&
+               ((const uint16_t *)(const void *)c.stored.V.codes)[i * D + 1] == store_f16_from_f64(V[c.kept[i] * D + 1]);
+    check(okst, "knorm_stored_kept_rows_fp16", "the stored K and V are not the kept rows in FP16");
     compressed_free(&c);
     /* keep_ratio 0.3 of 8 = floor(2.4) = 2: the last two; no index bytes */
     rc = run_layer(&c, &cfg.exps[1], K, V, 1, T, D, NULL);

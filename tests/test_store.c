@@ -3,7 +3,8 @@
  * No arguments: runs the C checks (PASS/FAIL lines, exit 1 on any failure):
  *   byte counts against the packed buffer sizes, all-zero groups (scale 0, zeros back, no NaN),
  *   float and double entry points agreeing, f16/bf16 fast paths against the exact double path,
- *   round trips of every FP16 / FP8 code, integer codes in range and within half a step.
+ *   round trips of every FP16 / FP8 code, integer codes in range and within half a step, the type table's rows,
+ *   intN tensors re-expressed as int8/int4/int2 and stored rows made low rank without touching their codes.
  * Helper modes (read stdin, write stdout; used by test_store.py, which holds the independent oracle):
  *   --decode-fp8              256 lines "code e4m3 e5m2" with the values as C99 hex floats
  *   --encode                  per input line (a double as hex float): "f16 bf16 e4m3 e5m2" codes in hex
@@ -308,6 +309,189 @@ static void test_lowrank(void)
     free(y);
 }
 
+/* binary16 by the rounding core of src/base/half.h: the definition half_from_double computes on the bits. */
+static uint16_t f16_core(double x)
+{
+    unsigned sign = signbit(x) ? 0x8000u : 0u;
+    if (isnan(x)) return (uint16_t)(sign | 0x7E00u);
+    double v = half_round_mag(fabs(x), 10, -14);
+    if (v > 65504.0) return (uint16_t)(sign | 0x7C00u);
+    return (uint16_t)(sign | half_encode_mag(v, 10, -14, 15));
+}
+
+/* half_from_double against the core: every FP16 value, its neighbours in double, the midpoints between codes and
+ * their neighbours (both signs), and random doubles over the whole range. */
+static void test_half_double_bits(void)
+{
+    int ok = 1;
+    char why[160] = "";
+    for (unsigned h = 0; h < 0x7C00u && ok; h++) {
+        double v = half_to_double((uint16_t)h), w = half_to_double((uint16_t)(h + 1)), mid = v + (w - v) / 2;
+        const double xs[] = {v, nextafter(v, 0.0), nextafter(v, INFINITY), mid, nextafter(mid, 0.0),
+                             nextafter(mid, INFINITY)};
+        for (size_t k = 0; k < sizeof xs / sizeof xs[0] && ok; k++)
+            for (int sg = 0; sg < 2 && ok; sg++) {
+                double x = sg ? -xs[k] : xs[k];
+                ok = half_from_double(x) == f16_core(x);
+                if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", x, half_from_double(x), f16_core(x));
+            }
+    }
+    uint64_t seed = 17;
+    for (int i = 0; i < 2000000 && ok; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        double x = ldexp((double)(seed >> 11) / 9007199254740992.0, (int)(seed % 80) - 50);
+        if (seed & 1024) x = -x;
+        ok = half_from_double(x) == f16_core(x);
+        if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", x, half_from_double(x), f16_core(x));
+    }
+    const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN, 65504.0, 65519.99, 65520.0, 1e300, 0x1p-1074,
+                         0x1p-25, 0x1.8p-25, 0x1p-24, 0x1.0000000000001p-25};
+    for (size_t k = 0; k < sizeof sp / sizeof sp[0] && ok; k++) {
+        ok = half_from_double(sp[k]) == f16_core(sp[k]);
+        if (!ok) snprintf(why, sizeof why, "%a: 0x%04x, core 0x%04x", sp[k], half_from_double(sp[k]), f16_core(sp[k]));
+    }
+    check(ok, "half-from-double-equals-core", why);
+}
+
+/* The type table: every row complete and consistent with the entry points that read it. */
+static void test_traits(void)
+{
+    char why[256] = "";
+    int ok = store_type_traits(STORE_NTYPES) == NULL && store_type_name(STORE_NTYPES) == NULL;
+    for (int i = 0; i < STORE_NTYPES && ok; i++) {
+        StoreType t = (StoreType)i, back;
+        const StoreTypeTraits *tr = store_type_traits(t);
+        StoreFormat f;
+        size_t W = 64;
+        ok = tr && tr->name && tr->quantize_row && tr->to_float_row && store_type_from_name(&back, tr->name) == 0 &&
+             back == t && store_type_bits(t) == tr->bits && store_type_is_int(t) == (tr->layout == STORE_LAYOUT_SCALED) &&
+             (tr->scales != NULL) == (tr->layout == STORE_LAYOUT_SCALED || tr->layout == STORE_LAYOUT_STREAM) &&
+             (tr->block_size > 1) == (tr->layout == STORE_LAYOUT_BLOCK) && (tr->block_size > 1) == (tr->block_bytes > 0);
+        if (ok && tr->layout == STORE_LAYOUT_BLOCK)
+            ok = store_row_bytes(t, W) == W / tr->block_size * tr->block_bytes && tr->f32_rows;
+        else if (ok && tr->layout != STORE_LAYOUT_STREAM)
+            ok = store_row_bytes(t, W) == W * (size_t)tr->bits / 8 && store_row_bytes(t, 3) == (3 * (size_t)tr->bits + 7) / 8;
+        if (ok && tr->parsed) ok = store_format_parse(&f, tr->name, "test") == 0 && f.type == t && !f.rank;
+        if (ok && tr->alias) ok = store_format_parse(&f, tr->alias, "test") == 0 && f.type == t;
+        if (ok && !tr->parsed) ok = store_format_parse(&f, tr->name, "test") == -1;
+        if (!ok) snprintf(why, sizeof why, "row %d (%s) is inconsistent", i, tr && tr->name ? tr->name : "?");
+    }
+    check(ok, "store-traits-rows", why);
+    check(store_row_bytes(STORE_Q8_0, 64) == 2 * sizeof(StoreBlockQ8_0) && store_row_bytes(STORE_INT4, 7) == 4 &&
+              store_row_bytes(STORE_INT2, 5) == 2 && store_row_bytes(STORE_E4M3, 5) == 5 && store_row_bytes(STORE_INTN, 64) == 0,
+          "store-traits-row-bytes", "row bytes differ from the formats' definitions");
+}
+
+/* intN tensors that are int8 / int4 / int2 byte for byte. */
+static void test_intn_int_format(void)
+{
+    size_t T = 96, D = 64;
+    StoreFormat f = store_intn_format(4, 0, STORE_AXIS_TOKEN, 0, STORE_SCALE_F16);
+    check(store_intn_int_format(f, T, D).type == STORE_INT4, "store-intn-int4-row", "a whole-row int4 is int4");
+    f = store_intn_format(8, 0, STORE_AXIS_TOKEN, D, STORE_SCALE_F16);
+    check(store_intn_int_format(f, T, D).type == STORE_INT8, "store-intn-group-is-row", "group = W is a row");
+    f = store_intn_format(2, 0, STORE_AXIS_CHANNEL, 0, STORE_SCALE_F16);
+    StoreFormat g = store_intn_int_format(f, T, D);
+    check(g.type == STORE_INT2 && g.axis == STORE_AXIS_CHANNEL, "store-intn-int2-channel", "axis kept");
+    static const struct { int bits, asym; size_t group; StoreScaleType st; size_t W; } keep[] = {
+        {4, 1, 0, STORE_SCALE_F16, 64},    /* asymmetric: a min per group */
+        {4, 0, 32, STORE_SCALE_F16, 64},   /* groups within the row */
+        {4, 0, 0, STORE_SCALE_F32, 64},    /* FP32 scales */
+        {3, 0, 0, STORE_SCALE_F16, 64},    /* no int3 */
+        {4, 0, 0, STORE_SCALE_F16, 7},     /* rows not byte-aligned */
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        f = store_intn_format(keep[i].bits, keep[i].asym, STORE_AXIS_TOKEN, keep[i].group, keep[i].st);
+        ok &= store_intn_int_format(f, T, keep[i].W).type == STORE_INTN;
+    }
+    check(ok, "store-intn-keeps-other-intn", "an intN without an int8/4/2 equal was converted");
+}
+
+/* store_intn_to_int: the same bytes, values and buffers as quantizing straight into the int type. */
+static void test_intn_to_int(void)
+{
+    size_t T = 9, W = 24;
+    uint64_t seed = 11;
+    double *x = xmalloc(T * W * sizeof *x), *a = xmalloc(T * W * sizeof *a), *b = xmalloc(T * W * sizeof *b);
+    for (size_t i = 0; i < T * W; i++) x[i] = lcg_normal(&seed) * (i % 7 == 0 ? 30.0 : 1.0);
+    x[5] = 0.0;
+    for (size_t j = 0; j < W; j++) x[2 * W + j] = 0.0;   /* an all-zero row: scale 0 */
+    int ok = 1;
+    char why[160] = "";
+    for (int bits = 2; bits <= 8 && ok; bits *= 2)
+        for (int ax = 0; ax < 2 && ok; ax++) {
+            StoreTensor st, ref;
+            StoreFormat f = store_intn_format(bits, 0, (StoreAxis)ax, 0, STORE_SCALE_F16);
+            store_alloc(&st, f, T, W);
+            store_quantize_f64(&st, x);
+            store_dequantize_f64(a, &st);
+            uint64_t bytes = store_bytes(&st);
+            int changed = store_intn_to_int(&st);
+            store_dequantize_f64(b, &st);
+            store_alloc(&ref, store_intn_int_format(f, T, W), T, W);
+            store_quantize_f64(&ref, x);
+            ok = changed && st.fmt.type == ref.fmt.type && store_bytes(&st) == bytes && !st.params &&
+                 st.n_scales == ref.n_scales && memcmp(st.codes, ref.codes, T * ref.row_bytes) == 0 &&
+                 memcmp(st.scales, ref.scales, 2 * ref.n_scales) == 0 && memcmp(a, b, T * W * sizeof *a) == 0;
+            if (!ok) snprintf(why, sizeof why, "%d bits, axis %d: changed %d, bytes %llu -> %llu", bits, ax, changed,
+                              (unsigned long long)bytes, (unsigned long long)store_bytes(&st));
+            store_free(&st);
+            store_free(&ref);
+        }
+    check(ok, "store-intn-to-int-same-bytes", why);
+    StoreTensor st;
+    store_alloc(&st, store_intn_format(4, 1, STORE_AXIS_TOKEN, 0, STORE_SCALE_F16), T, W);
+    store_quantize_f64(&st, x);
+    check(store_intn_to_int(&st) == 0 && st.fmt.type == STORE_INTN && st.params, "store-intn-to-int-leaves-asym",
+          "an asymmetric intN was converted");
+    store_free(&st);
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* store_set_lowrank_f64: stored rows become coefficients of a basis; intN cannot be low rank. */
+static void test_set_lowrank(void)
+{
+    size_t T = 5, R = 8, D = 24;
+    uint64_t seed = 5;
+    double *C = xmalloc(T * R * sizeof *C), *B = xmalloc(R * D * sizeof *B), *y = xmalloc(T * D * sizeof *y);
+    for (size_t i = 0; i < T * R; i++) C[i] = lcg_normal(&seed);
+    for (size_t i = 0; i < R * D; i++) B[i] = lcg_normal(&seed);
+    StoreFormat f;
+    store_format_parse(&f, "int8ch", "test");
+    StoreTensor st;
+    store_alloc(&st, f, T, R);
+    store_quantize_f64(&st, C);
+    uint8_t codes[64];
+    memcpy(codes, st.codes, T * st.row_bytes);
+    int rc = store_set_lowrank_f64(&st, D, B, "test");
+    store_dequantize_f64(y, &st);
+    double maxerr = 0;
+    for (size_t t = 0; t < T && rc == 0; t++)
+        for (size_t j = 0; j < D; j++) {
+            double want = 0;
+            for (size_t r = 0; r < R; r++)
+                want += (double)(int8_t)codes[t * R + r] * store_f16_to_f32(st.scales[r]) *
+                        (double)store_f16_to_f32(store_f16_from_f64(B[r * D + j]));
+            maxerr = fmax(maxerr, fabs(want - y[t * D + j]));
+        }
+    char why[128];
+    snprintf(why, sizeof why, "rc %d, rank %zu, D %zu, max |C'B' - dequantized| = %g", rc, st.fmt.rank, st.D, maxerr);
+    check(rc == 0 && st.fmt.rank == R && st.D == D && st.W == R && maxerr < 1e-12 &&
+              store_bytes(&st) == T * R + 2 * R + 2 * R * D, "store-set-lowrank", why);
+    store_free(&st);
+    store_alloc(&st, store_intn_format(3, 0, STORE_AXIS_TOKEN, 0, STORE_SCALE_F16), T, R);
+    store_quantize_f64(&st, C);
+    check(store_set_lowrank_f64(&st, D, B, "test") == -1 && strstr(kvc_errmsg(), "full-rank") && !st.fmt.rank,
+          "store-set-lowrank-refuses-intn", kvc_errmsg());
+    store_free(&st);
+    free(C);
+    free(B);
+    free(y);
+}
+
 /* ---- helper modes ------------------------------------------------------------------------------------ */
 
 static int decode_fp8(void)
@@ -362,5 +546,10 @@ int main(int argc, char **argv)
     test_half_paths();
     test_int_codes();
     test_lowrank();
+    test_half_double_bits();
+    test_traits();
+    test_intn_int_format();
+    test_intn_to_int();
+    test_set_lowrank();
     return check_failures ? 1 : 0;
 }

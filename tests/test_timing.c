@@ -1,8 +1,11 @@
-/* test_timing.c: kvc run's decode timing (src/eval/timing.h): every method family hands the decode path the stored
- * form it counts in its bytes. For each case the method runs on a small hand-made layer, the form is built into
- * the cache that would be timed, and its bytes are compared with what the method reports (minus the parts a
- * decode step does not read: index bytes of an eviction, a cast's per-head scale); forms the decode path cannot
- * read say why; every buildable form is then timed side by side with FP16 (positive medians).
+/* test_timing.c: kvc run's decode timing (src/eval/timing.h): every method family returns the tensors it stores
+ * (src/methods/methods.h MethodStored) and the timed cache is exactly those tensors. For each case the method runs
+ * on a small hand-made layer (method_run, as kvc run does), its stored forms are gathered into the cache that is
+ * timed, and its bytes are compared with what the method reports (minus the parts a decode step does not read:
+ * index bytes of an eviction, a cast's per-head scale); where the method's K' is its stored tensor read back, the
+ * timed tensor is checked to read back to K' bit for bit; forms the decode path cannot read say why; every
+ * timeable form is then timed side by side with FP16 (positive medians). The rules of timing_cache_add are checked
+ * on hand-made stored forms.
  *
  * Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed.
  */
@@ -37,7 +40,8 @@ static Data make_data(int values)
     return d;
 }
 
-/* Runs the experiment of `json` on the layer; fills out[H], returns the bytes of all heads, or UINT64_MAX. */
+/* Runs the experiment of `json` on the layer (method_run, stored forms completed); fills out[H], returns the bytes
+ * of all heads, or UINT64_MAX. */
 static uint64_t run_method(Compressed *out, Config *cfg, const char *json, const Data *d)
 {
     char text[1024];
@@ -45,19 +49,24 @@ static uint64_t run_method(Compressed *out, Config *cfg, const char *json, const
              "{\"data\": {\"tokens\": %d, \"head_dim\": %d, \"kv_heads\": %d, \"q_heads\": %d, \"keys\": {\"generator\": \"normal\"}, \"values\": {\"generator\": "
              "\"normal\"}}, \"experiments\": [%s]}",
              T, D, H, HQ, json);
+    memset(out, 0, H * sizeof *out);
     if (config_parse(cfg, "mem.json", text, strlen(text), NULL, 0)) return UINT64_MAX;
     const Experiment *ex = &cfg->exps[0];
     MethodInput in[H];
     for (size_t h = 0; h < H; h++)
         in[h] = (MethodInput){.T = T, .D = D, .K = d->K + h * T * D, .V = d->V ? d->V + h * T * D : NULL, .head = h,
                               .seed = "0"};
-    memset(out, 0, H * sizeof *out);
-    int rc = ex->method->apply_layer ? ex->method->apply_layer(out, ex, in, H) : 0;
-    for (size_t h = 0; !ex->method->apply_layer && rc == 0 && h < H; h++) rc = ex->method->apply(&out[h], ex, &in[h]);
-    if (rc) return UINT64_MAX;
+    if (method_run(out, ex, in, H, 1)) return UINT64_MAX;
     uint64_t b = 0;
     for (size_t h = 0; h < H; h++) b += out[h].bytes;
     return b;
+}
+
+/* The stored forms of out[0..H) gathered as kvc run gathers them (the tensors move into tc). */
+static void gather(TimedCache *tc, Compressed *out)
+{
+    timing_cache_init(tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(tc, &out[h].stored);
 }
 
 typedef struct Case {
@@ -65,8 +74,9 @@ typedef struct Case {
     int values;
     long extra;          /* bytes the method counts that the decode step does not read (negative: the timed cache
                             holds more, e.g. one low-rank basis per head where joint stores one per layer) */
-    StoreType ktype;     /* the type the decode path reads for K (after timing_decode_format) */
+    StoreType ktype;     /* the type of the stored K */
     size_t T, Tr, share;
+    int readback;        /* 1: the method's K' is its stored K read back (store_dequantize_f64), bit for bit */
 } Case;
 
 static void one_case(Timing **tms, const Data *dv, const Data *dk, const Case *c)
@@ -79,30 +89,37 @@ static void one_case(Timing **tms, const Data *dv, const Data *dk, const Case *c
     snprintf(nm, sizeof nm, "timing_%s_method_runs", c->name);
     check(bytes != UINT64_MAX, nm, "%s", kvc_errmsg());
     if (bytes == UINT64_MAX) {
+        for (size_t h = 0; h < H; h++) compressed_free(&out[h]);
         config_free(&cfg);
         return;
     }
-    DecodeForm f = timing_form(&cfg.exps[0], d, &out[0]);
-    int same = 1;
-    for (size_t h = 1; h < H; h++) {
-        DecodeForm g = timing_form(&cfg.exps[0], d, &out[h]);
-        same &= timing_same_form(&f, &g);
-    }
-    snprintf(nm, sizeof nm, "timing_%s_form", c->name);
-    check(same && !f.none && !timing_unsupported(&f, d) && f.T == c->T && f.Tr == c->Tr && f.share == c->share, nm,
-          "none \"%s\", T %zu Tr %zu share %zu, heads alike %d", f.none ? f.none : "", f.T, f.Tr, f.share, same);
     TimedCache tc;
-    int rc = f.none ? -1 : timing_build(&tc, d, &f);
+    gather(&tc, out);
+    const DecodeForm *f = &tc.form;
+    snprintf(nm, sizeof nm, "timing_%s_form", c->name);
+    check(!tc.none && f->T == c->T && f->Tr == c->Tr && f->share == c->share && f->values == c->values, nm,
+          "none \"%s\", T %zu Tr %zu share %zu values %d", tc.none ? tc.none : "", f->T, f->Tr, f->share, f->values);
     snprintf(nm, sizeof nm, "timing_%s_bytes", c->name);
-    check(rc == 0 && tc.bytes + (uint64_t)c->extra == bytes && tc.K[0].fmt.type == c->ktype, nm,
-          "timed %llu + %ld vs method %llu bytes, K type %s", rc ? 0ULL : (unsigned long long)tc.bytes, c->extra,
-          (unsigned long long)bytes, rc ? "-" : store_type_name(tc.K[0].fmt.type));
-    if (rc == 0) timing_cache_free(&tc);
+    check(!tc.none && tc.bytes + (uint64_t)c->extra == bytes && tc.K[0].fmt.type == c->ktype, nm,
+          "timed %llu + %ld vs method %llu bytes, K type %s", (unsigned long long)tc.bytes, c->extra,
+          (unsigned long long)bytes, tc.none ? "-" : store_type_name(tc.K[0].fmt.type));
+    if (c->readback && !tc.none) {
+        double *x = xmalloc((size_t)T * D * sizeof *x);
+        int same = 1;
+        for (size_t h = 0; h < H; h++) {
+            store_dequantize_f64(x, &tc.K[h]);
+            for (size_t i = 0; i < (size_t)T * D; i++) same &= dbits(x[i]) == dbits(out[h].K[i]);
+        }
+        free(x);
+        snprintf(nm, sizeof nm, "timing_%s_timed_is_stored", c->name);
+        check(same, nm, "the timed K does not read back to the method's K'");
+    }
     double ns = 0, sp = 0;
-    rc = f.none ? -1 : timing_measure(tms[c->values], &f, &ns, &sp);
+    int rc = tc.none ? -1 : timing_measure(tms[c->values], &tc, &ns, &sp);
     snprintf(nm, sizeof nm, "timing_%s_measured", c->name);
     check(rc == 0 && ns > 0 && sp > 0 && isfinite(sp), nm, "rc %d ns %g speedup %g: %s", rc, ns, sp,
           rc ? kvc_errmsg() : "");
+    timing_cache_free(&tc);
     for (size_t h = 0; h < H; h++) compressed_free(&out[h]);
     config_free(&cfg);
 }
@@ -113,81 +130,145 @@ static void none_case(const Data *d, const char *name, const char *json, const c
     Config cfg;
     Compressed out[H];
     uint64_t bytes = run_method(out, &cfg, json, d);
-    const char *got = NULL;
-    if (bytes != UINT64_MAX) {
-        DecodeForm f = timing_form(&cfg.exps[0], d, &out[0]);
-        got = f.none ? f.none : timing_unsupported(&f, d);
-    }
+    TimedCache tc;
+    gather(&tc, out);
     char nm[128];
     snprintf(nm, sizeof nm, "timing_%s_not_timed", name);
-    check(got && strstr(got, why), nm, "got \"%s\" (%s)", got ? got : "(timed)", kvc_errmsg());
-    for (size_t h = 0; bytes != UINT64_MAX && h < H; h++) compressed_free(&out[h]);
+    check(bytes != UINT64_MAX && tc.none && strstr(tc.none, why) && !tc.K, nm, "got \"%s\" (%s)",
+          tc.none ? tc.none : "(timed)", kvc_errmsg());
+    timing_cache_free(&tc);
+    for (size_t h = 0; h < H; h++) compressed_free(&out[h]);
     config_free(&cfg);
 }
 
-static void test_decode_format(void)
+/* Inside a pipeline lowrank energy picks a rank per head: timed when the heads agree, else "different forms". */
+static void test_pipeline_energy(const Data *d)
 {
-    StoreFormat f = store_intn_format(4, 0, STORE_AXIS_TOKEN, 0, STORE_SCALE_F16);
-    check(timing_decode_format(f, T, D).type == STORE_INT4, "decode_format_int4_row", "a whole-row int4 is int4");
-    f = store_intn_format(8, 0, STORE_AXIS_TOKEN, D, STORE_SCALE_F16);
-    check(timing_decode_format(f, T, D).type == STORE_INT8, "decode_format_group_is_row", "group = W is a row");
-    f = store_intn_format(2, 0, STORE_AXIS_CHANNEL, 0, STORE_SCALE_F16);
-    StoreFormat g = timing_decode_format(f, T, D);
-    check(g.type == STORE_INT2 && g.axis == STORE_AXIS_CHANNEL, "decode_format_int2_channel", "axis kept");
-    static const struct { int bits, asym; size_t group; StoreScaleType st; size_t W; } keep[] = {
-        {4, 1, 0, STORE_SCALE_F16, D},    /* asymmetric: a min per group */
-        {4, 0, 32, STORE_SCALE_F16, D},   /* groups within the row */
-        {4, 0, 0, STORE_SCALE_F32, D},    /* FP32 scales */
-        {3, 0, 0, STORE_SCALE_F16, D},    /* no int3 kernel */
-        {4, 0, 0, STORE_SCALE_F16, 7},    /* rows not byte-aligned */
-    };
-    int ok = 1;
-    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
-        f = store_intn_format(keep[i].bits, keep[i].asym, STORE_AXIS_TOKEN, keep[i].group, keep[i].st);
-        ok &= timing_decode_format(f, T, keep[i].W).type == STORE_INTN;
-    }
-    check(ok, "decode_format_keeps_other_intn", "an intN without an int8/4/2 twin was converted");
+    Config cfg;
+    Compressed out[H];
+    uint64_t bytes = run_method(out, &cfg, "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", "
+                                "\"budget\": 40}, {\"method\": \"lowrank\", \"energy\": 0.5}]}", d);
+    size_t r0 = bytes != UINT64_MAX ? out[0].stored.K.fmt.rank : 0, r1 = bytes != UINT64_MAX ? out[1].stored.K.fmt.rank : 0;
+    TimedCache tc;
+    gather(&tc, out);
+    check(bytes != UINT64_MAX && r0 > 0 && r1 > 0 &&
+          (r0 == r1 ? !tc.none && tc.form.k.rank == r0 : tc.none && strstr(tc.none, "different forms")),
+          "timing_pipeline_energy_ranks", "ranks %zu and %zu, none \"%s\"", r0, r1, tc.none ? tc.none : "");
+    timing_cache_free(&tc);
+    for (size_t h = 0; h < H; h++) compressed_free(&out[h]);
+    config_free(&cfg);
+}
+
+/* FP16 (n, D) rows of the data, as a stored tensor. */
+static StoreTensor f16_rows(const double *x, size_t n)
+{
+    StoreTensor st;
+    method_store_f16(&st, x, NULL, n, D);
+    return st;
+}
+
+/* timing_cache_add's rules on hand-made stored forms (L = 1, H = 2). */
+static void test_cache_rules(void)
+{
+    MethodStored s[H];
+    TimedCache tc;
+    /* two heads in FP16: timed as one cache of two heads */
+    memset(s, 0, sizeof s);
+    for (size_t h = 0; h < H; h++) s[h].K = f16_rows(K + h * T * D, T), s[h].V = f16_rows(V + h * T * D, T);
+    timing_cache_init(&tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(&tc, &s[h]);
+    check(!tc.none && tc.n == 2 && tc.bytes == 2 * 2 * 2 * (uint64_t)T * D && !s[0].K.codes && !s[1].V.codes,
+          "timing_cache_takes_tensors", "none \"%s\", n %zu bytes %llu", tc.none ? tc.none : "", tc.n,
+          (unsigned long long)tc.bytes);
+    timing_cache_free(&tc);
+    /* the second head keeps fewer tokens: different forms, nothing held */
+    memset(s, 0, sizeof s);
+    s[0].K = f16_rows(K, T), s[0].V = f16_rows(V, T);
+    s[1].K = f16_rows(K, T - 1), s[1].V = f16_rows(V, T - 1);
+    timing_cache_init(&tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(&tc, &s[h]);
+    check(tc.none && strstr(tc.none, "different forms") && !tc.K && !s[1].K.codes, "timing_cache_different_forms",
+          "none \"%s\"", tc.none ? tc.none : "");
+    timing_cache_free(&tc);
+    /* K and V over different tokens */
+    memset(s, 0, sizeof s);
+    s[0].K = f16_rows(K, T), s[0].V = f16_rows(V, T - 2);
+    timing_cache_init(&tc, L, H);
+    timing_cache_add(&tc, &s[0]);
+    check(tc.none && strstr(tc.none, "different tokens"), "timing_cache_kv_tokens", "none \"%s\"",
+          tc.none ? tc.none : "");
+    timing_cache_free(&tc);
+    /* sharing: the first head holds the pair's stored head, the second reads it; the wrong way round is refused */
+    memset(s, 0, sizeof s);
+    s[0].K = f16_rows(K, T), s[0].share = 2;
+    s[1].share = 2, s[1].reads_first = 1;
+    timing_cache_init(&tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(&tc, &s[h]);
+    check(!tc.none && tc.n == 1 && tc.form.share == 2, "timing_cache_shared_head", "none \"%s\", n %zu",
+          tc.none ? tc.none : "", tc.n);
+    timing_cache_free(&tc);
+    memset(s, 0, sizeof s);
+    s[0].K = f16_rows(K, T), s[0].share = 2;
+    s[1].K = f16_rows(K, T), s[1].share = 2;   /* holds tensors where it should read the first head's */
+    timing_cache_init(&tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(&tc, &s[h]);
+    check(tc.none && strstr(tc.none, "different forms") && !s[1].K.codes, "timing_cache_shared_head_holds_none",
+          "none \"%s\"", tc.none ? tc.none : "");
+    timing_cache_free(&tc);
+    /* a head's none wins and frees what was held */
+    memset(s, 0, sizeof s);
+    s[0].K = f16_rows(K, T);
+    s[1].none = "a reason";
+    timing_cache_init(&tc, L, H);
+    for (size_t h = 0; h < H; h++) timing_cache_add(&tc, &s[h]);
+    check(tc.none && strcmp(tc.none, "a reason") == 0 && !tc.K && tc.added == 2, "timing_cache_none", "none \"%s\"",
+          tc.none ? tc.none : "");
+    timing_cache_free(&tc);
 }
 
 int main(void)
 {
-    test_decode_format();
     Data dv = make_data(1), dk = make_data(0);
+    test_cache_rules();
     Timing *tms[2] = {timing_create(&dk, 1, 3), timing_create(&dv, 2, 3)};
     const long cast_scale = 2 * 4 * H;   /* one FP32 scale per head and tensor, folded into the query */
     const Case cases[] = {
-        {"quantize_int8_token", "{\"method\": \"quantize\", \"bits\": 8}", 1, 0, STORE_INT8, T, 0, 1},
-        {"quantize_int4_channel", "{\"method\": \"quantize\", \"bits\": 4, \"axis\": \"channel\"}", 1, 0, STORE_INT4, T, 0, 1},
-        {"quantize_int2_keys_only", "{\"method\": \"quantize\", \"bits\": 2, \"apply_to\": \"k\"}", 0, 0, STORE_INT2, T, 0, 1},
-        {"quantize_int4_groups", "{\"method\": \"quantize\", \"bits\": 4, \"group_size\": 32}", 1, 0, STORE_INTN, T, 0, 1},
-        {"quantize_int3", "{\"method\": \"quantize\", \"bits\": 3, \"symmetric\": false}", 1, 0, STORE_INTN, T, 0, 1},
-        {"quantize_v_only", "{\"method\": \"quantize\", \"bits\": 4, \"apply_to\": \"v\"}", 1, 0, STORE_F16, T, 0, 1},
-        {"kivi_residual", "{\"method\": \"kivi\", \"k_bits\": 4, \"v_bits\": 2, \"residual\": 32}", 1, 0, STORE_INTN, T - 32, 32, 1},
-        {"kivi_all_residual", "{\"method\": \"kivi\", \"residual\": 128}", 1, 0, STORE_F16, T, 0, 1},
-        {"kivi_keys_only", "{\"method\": \"kivi\", \"residual\": 16, \"group_size\": 16}", 0, 0, STORE_INTN, T - 16, 16, 1},
-        {"cast_e4m3", "{\"method\": \"cast\", \"format\": \"fp8_e4m3\"}", 1, 0, STORE_E4M3, T, 0, 1},
-        {"cast_e5m2_head_scale", "{\"method\": \"cast\", \"format\": \"fp8_e5m2\", \"scale\": \"head\"}", 1, cast_scale, STORE_E5M2, T, 0, 1},
-        {"ggml_q4_0", "{\"method\": \"ggml\", \"type\": \"q4_0\"}", 1, 0, STORE_Q4_0, T, 0, 1},
-        {"ggml_q5_1", "{\"method\": \"ggml\", \"type\": \"q5_1\"}", 1, 0, STORE_Q5_1, T, 0, 1},
-        {"lowrank_keys", "{\"method\": \"lowrank\", \"rank\": 8}", 1, 0, STORE_F16, T, 0, 1},
-        {"lowrank_energy_kv", "{\"method\": \"lowrank\", \"energy\": 0.9, \"apply_to\": \"kv\"}", 1, 0, STORE_F16, T, 0, 1},
-        {"window", "{\"method\": \"window\", \"budget\": 40}", 1, 0, STORE_F16, 40, 0, 1},
-        {"share_heads", "{\"method\": \"share_heads\", \"group\": 2}", 1, 0, STORE_F16, T, 0, 2},
+        {"quantize_int8_token", "{\"method\": \"quantize\", \"bits\": 8}", 1, 0, STORE_INT8, T, 0, 1, 0},
+        {"quantize_int4_channel", "{\"method\": \"quantize\", \"bits\": 4, \"axis\": \"channel\"}", 1, 0, STORE_INT4, T, 0, 1, 0},
+        {"quantize_int2_keys_only", "{\"method\": \"quantize\", \"bits\": 2, \"apply_to\": \"k\"}", 0, 0, STORE_INT2, T, 0, 1, 0},
+        /* scales applied as stored: K' is the int8 / int4 tensor that is timed, read back */
+        {"quantize_int8_exact", "{\"method\": \"quantize\", \"bits\": 8, \"scale_dtype\": \"fp16_exact\"}", 1, 0, STORE_INT8, T, 0, 1, 1},
+        {"quantize_int4_channel_exact", "{\"method\": \"quantize\", \"bits\": 4, \"axis\": \"channel\", \"scale_dtype\": \"fp16_exact\"}", 1, 0,
+         STORE_INT4, T, 0, 1, 1},
+        {"quantize_int4_groups", "{\"method\": \"quantize\", \"bits\": 4, \"group_size\": 32}", 1, 0, STORE_INTN, T, 0, 1, 0},
+        {"quantize_int3", "{\"method\": \"quantize\", \"bits\": 3, \"symmetric\": false}", 1, 0, STORE_INTN, T, 0, 1, 0},
+        {"quantize_v_only", "{\"method\": \"quantize\", \"bits\": 4, \"apply_to\": \"v\"}", 1, 0, STORE_F16, T, 0, 1, 0},
+        {"kivi_residual", "{\"method\": \"kivi\", \"k_bits\": 4, \"v_bits\": 2, \"residual\": 32}", 1, 0, STORE_INTN, T - 32, 32, 1, 0},
+        {"kivi_all_residual", "{\"method\": \"kivi\", \"residual\": 128}", 1, 0, STORE_F16, T, 0, 1, 0},
+        {"kivi_keys_only", "{\"method\": \"kivi\", \"residual\": 16, \"group_size\": 16}", 0, 0, STORE_INTN, T - 16, 16, 1, 0},
+        {"cast_e4m3", "{\"method\": \"cast\", \"format\": \"fp8_e4m3\"}", 1, 0, STORE_E4M3, T, 0, 1, 1},
+        {"cast_e5m2_head_scale", "{\"method\": \"cast\", \"format\": \"fp8_e5m2\", \"scale\": \"head\"}", 1, cast_scale, STORE_E5M2, T, 0, 1, 0},
+        {"ggml_q4_0", "{\"method\": \"ggml\", \"type\": \"q4_0\"}", 1, 0, STORE_Q4_0, T, 0, 1, 1},
+        {"ggml_q5_1", "{\"method\": \"ggml\", \"type\": \"q5_1\"}", 1, 0, STORE_Q5_1, T, 0, 1, 1},
+        {"lowrank_keys", "{\"method\": \"lowrank\", \"rank\": 8}", 1, 0, STORE_F16, T, 0, 1, 0},
+        {"lowrank_energy_kv", "{\"method\": \"lowrank\", \"energy\": 0.9, \"apply_to\": \"kv\"}", 1, 0, STORE_F16, T, 0, 1, 0},
+        {"window", "{\"method\": \"window\", \"budget\": 40}", 1, 0, STORE_F16, 40, 0, 1, 0},
+        {"share_heads", "{\"method\": \"share_heads\", \"group\": 2}", 1, 0, STORE_F16, T, 0, 2, 0},
         {"pipeline_window_int4", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", \"budget\": 48}, "
-                                 "{\"method\": \"quantize\", \"bits\": 4}]}", 1, 0, STORE_INT4, 48, 0, 1},
+                                 "{\"method\": \"quantize\", \"bits\": 4}]}", 1, 0, STORE_INT4, 48, 0, 1, 0},
         {"pipeline_lowrank_q8_0", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"lowrank\", \"rank\": 32, "
-                                  "\"apply_to\": \"kv\"}, {\"method\": \"ggml\", \"type\": \"q8_0\"}]}", 1, 0, STORE_Q8_0, T, 0, 1},
+                                  "\"apply_to\": \"kv\"}, {\"method\": \"ggml\", \"type\": \"q8_0\"}]}", 1, 0, STORE_Q8_0, T, 0, 1, 0},
         {"pipeline_share_kivi", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"share_heads\", \"group\": 2}, "
-                                "{\"method\": \"kivi\", \"residual\": 32}]}", 1, 0, STORE_INTN, T - 32, 32, 2},
+                                "{\"method\": \"kivi\", \"residual\": 32}]}", 1, 0, STORE_INTN, T - 32, 32, 2, 0},
         /* a step after kivi rewrites its FP16 window too; kivi keeping every token in FP16 after a quantizer */
         {"pipeline_kivi_then_fp8", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"kivi\", \"residual\": 32}, "
-                                   "{\"method\": \"cast\", \"format\": \"fp8_e4m3\"}]}", 1, 0, STORE_E4M3, T, 0, 1},
+                                   "{\"method\": \"cast\", \"format\": \"fp8_e4m3\"}]}", 1, 0, STORE_E4M3, T, 0, 1, 0},
         {"pipeline_int4_then_kivi_all_fp16", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"quantize\", \"bits\": 4}, "
-                                             "{\"method\": \"kivi\", \"residual\": 128}]}", 1, 0, STORE_F16, T, 0, 1},
+                                             "{\"method\": \"kivi\", \"residual\": 128}]}", 1, 0, STORE_F16, T, 0, 1, 0},
         /* joint low rank after an eviction: the rank may exceed the kept tokens of one head */
         {"pipeline_window_lowrank_joint", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", \"budget\": 16}, "
                                           "{\"method\": \"lowrank\", \"rank\": 32, \"joint\": true}]}", 1, -2 * 32 * D * (H - 1),
-         STORE_F16, 16, 0, 1},
+         STORE_F16, 16, 0, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_case(tms, &dv, &dk, &cases[i]);
     none_case(&dv, "outliers", "{\"method\": \"quantize\", \"bits\": 4, \"outliers\": 0.01}", "outlier");
@@ -197,8 +278,7 @@ int main(void)
               "{\"method\": \"quantize\", \"bits\": 3}]}", "grouped integer");
     none_case(&dv, "kivi_then_keys_only_quantizer", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"kivi\", "
               "\"residual\": 32}, {\"method\": \"quantize\", \"bits\": 8, \"apply_to\": \"k\"}]}", "one tensor only");
-    none_case(&dv, "pipeline_energy", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"window\", \"budget\": 40}, "
-              "{\"method\": \"lowrank\", \"energy\": 0.5}]}", "energy");
+    test_pipeline_energy(&dv);
     timing_free(tms[0]);
     timing_free(tms[1]);
     return check_failures ? 1 : 0;

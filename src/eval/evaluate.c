@@ -279,8 +279,6 @@ static void eval_free(Eval *e)
 static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
                     Timing *tm)
 {
-    DecodeForm form;
-    memset(&form, 0, sizeof form);
     size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D, nh = L * H;
     Eval e = {d, ref, m, NULL, NULL, NULL, xcalloc(nh, 1), xcalloc(nh, 1), xcalloc(nh, 1),
               xcalloc(nh, sizeof(uint64_t)), NULL, NULL, NULL, NULL};
@@ -294,6 +292,9 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
     if (k_recall == 0) k_recall = T < 32 ? T : 32;
     MethodInput *ins = xcalloc(H, sizeof *ins);
     Compressed *cs = xcalloc(H, sizeof *cs);
+    int timed = tm && agg;   /* the heads' stored forms are gathered into one cache and timed at the end */
+    TimedCache stored;
+    timing_cache_init(&stored, L, H);
     for (size_t b = 0; b < nh; b++) {
         const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
         if (b % H == 0) {   /* run the method on the layer's heads: per head, or once for the layer */
@@ -312,15 +313,13 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                     in->n_obs = d->W;
                 }
             }
-            memset(cs, 0, H * sizeof *cs);
-            if (ex->method->apply_layer) rc = ex->method->apply_layer(cs, ex, ins, H);
-            for (size_t h = 0; !ex->method->apply_layer && rc == 0 && h < H; h++)
-                rc = ex->method->apply(&cs[h], ex, &ins[h]);
+            rc = method_run(cs, ex, ins, H, timed);
             for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, b / H, h);
             if (rc) {
                 for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
                 free(ins);
                 free(cs);
+                timing_cache_free(&stored);
                 eval_free(&e);
                 return -1;
             }
@@ -344,11 +343,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         }
         e.evicts[b] = c.kept != NULL;
         e.bytes[b] = c.bytes;
-        if (tm && agg) {
-            DecodeForm f = timing_form(ex, d, &c);
-            if (b == 0) form = f;
-            else if (!form.none && !timing_same_form(&form, &f)) form.none = "its KV heads store different forms";
-        }
+        if (timed) timing_cache_add(&stored, &c.stored);
         if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
         compressed_free(&c);
     }
@@ -358,12 +353,11 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         memset(agg, 0, sizeof *agg);
         agg->ex = ex;
         fill_row(agg, &e, 0, nh, 0, ref->nq);
-        if (tm && !form.none) form.none = timing_unsupported(&form, d);
-        if (tm && form.none) {
-            agg->no_timing = form.none;
-        } else if (tm) {
+        if (timed && stored.none) {
+            agg->no_timing = stored.none;
+        } else if (timed) {
             double ns, sp;
-            if (timing_measure(tm, &form, &ns, &sp)) {   /* the quality numbers stand; the note says why */
+            if (timing_measure(tm, &stored, &ns, &sp)) {   /* the quality numbers stand; the note says why */
                 snprintf(agg->no_timing_buf, sizeof agg->no_timing_buf, "%s", kvc_errmsg());
                 agg->no_timing = agg->no_timing_buf;
             } else {
@@ -371,6 +365,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 set(agg, COL_DECODE_SPEEDUP, sp);
             }
         }
+        timing_cache_free(&stored);
     }
     for (size_t b = 0; heads && b < nh; b++) {
         Row *row = &heads[b];

@@ -18,73 +18,40 @@ struct Timing {
     size_t n_done, cap_done;
 };
 
-StoreFormat timing_decode_format(StoreFormat f, size_t T, size_t W)
+static const char *const DIFFERENT = "its KV heads store different forms";
+
+static int same_form(const DecodeForm *a, const DecodeForm *b)
 {
-    if (f.type != STORE_INTN || f.asym || f.scale_type != STORE_SCALE_F16) return f;
-    if (f.bits != 8 && f.bits != 4 && f.bits != 2) return f;
-    if (W * (size_t)f.bits % 8 != 0) return f;
-    size_t whole = f.axis == STORE_AXIS_TOKEN ? W : T;
-    if (f.group != 0 && f.group < whole) return f;
-    StoreFormat g;
-    memset(&g, 0, sizeof g);
-    g.type = f.bits == 8 ? STORE_INT8 : f.bits == 4 ? STORE_INT4 : STORE_INT2;
-    g.axis = f.axis;
-    g.rank = f.rank;
-    return g;
+    return a->T == b->T && a->Tr == b->Tr && a->share == b->share && a->values == b->values &&
+           store_format_equal(a->k, b->k) && store_format_equal(a->v, b->v) && store_format_equal(a->kr, b->kr) &&
+           store_format_equal(a->vr, b->vr);
 }
 
-DecodeForm timing_form(const Experiment *ex, const Data *d, const Compressed *c)
+/* The form of a stored head that holds its tensors; NULL, or why a decode step cannot read them. */
+static const char *form_of(DecodeForm *f, const MethodStored *s, size_t share)
 {
-    DecodeForm f;
-    memset(&f, 0, sizeof f);
-    f.k.type = f.v.type = STORE_F16;
-    f.T = c->kept ? c->n_kept : d->T;
-    f.share = 1;
-    Dims dm = {d->T, d->D, d->V != NULL, d->Q != NULL, d->H, d->W};
-    if (ex->method->decode_form) ex->method->decode_form(&f, ex, &dm, c);
-    else if (!ex->method->evicts) f.none = "the method has no decode form";
-    return f;
-}
-
-int timing_same_form(const DecodeForm *a, const DecodeForm *b)
-{
-    return a->T == b->T && a->Tr == b->Tr && a->share == b->share && store_format_equal(a->k, b->k) &&
-           store_format_equal(a->v, b->v) && (a->none == NULL) == (b->none == NULL);
-}
-
-const char *timing_unsupported(const DecodeForm *f, const Data *d)
-{
-    for (int v = 0; v < 2; v++) {
-        StoreFormat x = v ? f->v : f->k;
-        if (v && !d->V) break;
-        if (x.rank && timing_decode_format(x, f->T, x.rank).type == STORE_INTN)
-            return "low-rank coefficients in a grouped integer format have no decode path";
+    memset(f, 0, sizeof *f);
+    if (!s->K.codes) return "the method stores no keys";
+    f->k = s->K.fmt;
+    f->T = s->K.T;
+    f->share = share;
+    f->values = s->V.codes != NULL;
+    if (s->Kr.codes) {
+        f->kr = s->Kr.fmt;
+        f->Tr = s->Kr.T;
     }
+    if (!f->values) return NULL;
+    f->v = s->V.fmt;
+    if (s->Vr.codes) f->vr = s->Vr.fmt;
+    if (s->V.T != f->T || (s->Vr.codes ? s->Vr.T : 0) != f->Tr) return "its K and V are stored over different tokens";
     return NULL;
 }
 
-/* One (T, D) tensor of format f from the rows x (T, D) of the data (low rank: the first W columns as the
- * coefficients, unit rows as the basis); adds its bytes to *bytes. */
-static int make_tensor(StoreTensor *st, uint64_t *bytes, StoreFormat f, const double *x, size_t T, size_t D)
+void timing_cache_init(TimedCache *tc, size_t L, size_t H)
 {
-    size_t R = f.rank, W = R ? R : D;
-    f = timing_decode_format(f, T, W);
-    if (store_check(f, T, D, "decode timing")) return -1;
-    store_alloc(st, f, T, D);
-    if (!R) {
-        store_quantize_f64(st, x);
-        *bytes += store_bytes(st);
-        return 0;
-    }
-    double *c = xmalloc(T * R * sizeof *c), *B = xcalloc(R * D, sizeof *B);
-    for (size_t t = 0; t < T; t++) memcpy(c + t * R, x + t * D, R * sizeof *c);
-    for (size_t r = 0; r < R; r++) B[r * D + r] = 1.0;
-    store_quantize_f64(st, c);
-    store_set_basis_f64(st, B);
-    free(c);
-    free(B);
-    *bytes += store_bytes(st);
-    return 0;
+    memset(tc, 0, sizeof *tc);
+    tc->L = L;
+    tc->H = H;
 }
 
 void timing_cache_free(TimedCache *tc)
@@ -95,43 +62,76 @@ void timing_cache_free(TimedCache *tc)
         for (size_t i = 0; all[a] && i < tc->n; i++) store_free(&all[a][i]);
         free(all[a]);
     }
-    memset(tc, 0, sizeof *tc);
+    timing_cache_init(tc, tc->L, tc->H);
 }
 
-int timing_build(TimedCache *tc, const Data *d, const DecodeForm *f)
+static void take(StoreTensor *dst, StoreTensor *src, uint64_t *bytes)
 {
-    memset(tc, 0, sizeof *tc);
-    size_t H = d->H, share = f->share ? f->share : 1, T = f->T, Tr = f->Tr, D = d->D, m = d->T * D;
-    if (share > H || H % share != 0 || T < 1 || T + Tr > d->T)
-        return kvc_fail("decode timing: a stored form the data cannot hold (got %zu + %zu tokens of %zu, %zu of %zu "
-                        "KV heads shared)", T, Tr, d->T, share, H);
-    size_t Hs = H / share;
-    tc->n = d->L * Hs;
-    tc->K = xcalloc(tc->n, sizeof *tc->K);
-    if (d->V) tc->V = xcalloc(tc->n, sizeof *tc->V);
-    if (Tr) {
-        tc->Kr = xcalloc(tc->n, sizeof *tc->Kr);
-        if (d->V) tc->Vr = xcalloc(tc->n, sizeof *tc->Vr);
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+    *bytes += store_bytes(dst);
+}
+
+/* Adds head i (layer-major) of s; NULL, or why the cache cannot be timed. */
+static const char *add_head(TimedCache *tc, MethodStored *s, size_t i)
+{
+    if (s->none) return s->none;
+    size_t share = s->share ? s->share : 1;
+    int owner = (i % tc->H) % share == 0;   /* the first head of its group holds the group's stored head */
+    DecodeForm f;
+    if (i == 0) {
+        const char *why = tc->H % share ? DIFFERENT : s->reads_first ? DIFFERENT : form_of(&f, s, share);
+        if (why) return why;
+        tc->form = f;
+        tc->n = tc->L * (tc->H / share);
+        tc->K = xcalloc(tc->n, sizeof *tc->K);
+        if (f.values) tc->V = xcalloc(tc->n, sizeof *tc->V);
+        if (f.Tr) tc->Kr = xcalloc(tc->n, sizeof *tc->Kr);
+        if (f.Tr && f.values) tc->Vr = xcalloc(tc->n, sizeof *tc->Vr);
     }
-    StoreFormat rk, rv;   /* the residual window: FP16 rows of the same width */
-    memset(&rk, 0, sizeof rk);
-    rk.type = STORE_F16;
-    rv = rk;
-    rk.rank = f->k.rank;
-    rv.rank = f->v.rank;
-    for (size_t i = 0; i < tc->n; i++) {
-        size_t b = (i / Hs) * H + (i % Hs) * share;
-        const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
-        uint64_t *by = &tc->bytes;
-        if (make_tensor(&tc->K[i], by, f->k, K, T, D) || (V && make_tensor(&tc->V[i], by, f->v, V, T, D)) ||
-            (Tr && make_tensor(&tc->Kr[i], by, rk, K + T * D, Tr, D)) ||
-            (Tr && V && make_tensor(&tc->Vr[i], by, rv, V + T * D, Tr, D))) {
-            timing_cache_free(tc);
-            return -1;
-        }
+    if (share != tc->form.share || s->reads_first == owner) return DIFFERENT;
+    if (!owner) return NULL;
+    const char *why = form_of(&f, s, share);
+    if (why) return why;
+    if (!same_form(&f, &tc->form)) return DIFFERENT;
+    size_t k = i / share;   /* layer i / H, stored head (i % H) / share */
+    take(&tc->K[k], &s->K, &tc->bytes);
+    if (tc->V) take(&tc->V[k], &s->V, &tc->bytes);
+    if (tc->Kr) take(&tc->Kr[k], &s->Kr, &tc->bytes);
+    if (tc->Vr) take(&tc->Vr[k], &s->Vr, &tc->bytes);
+    return NULL;
+}
+
+void timing_cache_add(TimedCache *tc, MethodStored *s)
+{
+    size_t i = tc->added++;
+    const char *why = tc->none ? NULL : add_head(tc, s, i);
+    if (why) {
+        timing_cache_free(tc);
+        tc->added = i + 1;
+        tc->none = why;
     }
-    tc->c = (DecodeCache){d->L, Hs, T, D, tc->K, tc->V, Tr, tc->Kr, tc->Vr};
-    return 0;
+    method_stored_free(s);   /* what was not taken */
+}
+
+static DecodeCache cache_of(const TimedCache *tc)
+{
+    return (DecodeCache){.L = tc->L, .Hkv = tc->H / tc->form.share, .T = tc->form.T, .D = tc->K[0].D, .K = tc->K,
+                         .V = tc->V, .Tr = tc->form.Tr, .Kr = tc->Kr, .Vr = tc->Vr};
+}
+
+/* The FP16 cache of every token of every KV head of the data. */
+static void build_base(TimedCache *tc, const Data *d)
+{
+    size_t m = d->T * d->D;
+    timing_cache_init(tc, d->L, d->H);
+    for (size_t i = 0; i < d->L * d->H; i++) {
+        MethodStored s;
+        memset(&s, 0, sizeof s);
+        method_store_f16(&s.K, d->K + i * m, NULL, d->T, d->D);
+        if (d->V) method_store_f16(&s.V, d->V + i * m, NULL, d->T, d->D);
+        timing_cache_add(tc, &s);
+    }
 }
 
 Timing *timing_create(const Data *d, int threads, int repeat)
@@ -159,31 +159,30 @@ void timing_free(Timing *tm)
     free(tm);
 }
 
-int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
+int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
 {
     const Data *d = tm->d;
+    if (tc->none || tc->added != d->L * d->H || tc->L != d->L || tc->H != d->H)
+        return kvc_fail("decode timing: the stored cache is not complete (got %zu of %zu heads%s%s)", tc->added,
+                        d->L * d->H, tc->none ? ": " : "", tc->none ? tc->none : "");
+    if (tc->form.values != (d->V != NULL))
+        return kvc_fail("decode timing: the stored cache %s values and the data %s (got %d)",
+                        tc->form.values ? "holds" : "has no", d->V ? "has" : "has none", tc->form.values);
     for (size_t i = 0; i < tm->n_done; i++)
-        if (timing_same_form(&tm->done[i].f, f)) {   /* the same cache: the same step */
+        if (same_form(&tm->done[i].f, &tc->form)) {   /* the same formats and sizes: the same step */
             *ns = tm->done[i].ns;
             *speedup = tm->done[i].speedup;
             return 0;
         }
     if (!tm->have_base) {
-        DecodeForm b;
-        memset(&b, 0, sizeof b);
-        b.k.type = b.v.type = STORE_F16;
-        b.T = d->T;
-        b.share = 1;
-        if (timing_build(&tm->base, d, &b)) return -1;
+        build_base(&tm->base, d);
         tm->have_base = 1;
     }
-    TimedCache c;
-    if (timing_build(&c, d, f)) return -1;
+    DecodeCache c = cache_of(tc), b = cache_of(&tm->base);
     double ns_base = 0.0;
-    int rc = decode_time_pair(ns, &ns_base, &c.c, &tm->base.c, d->Hq, tm->q, tm->threads, tm->repeat,
-                              d->V ? DECODE_FULL : DECODE_KEYS);
-    timing_cache_free(&c);
-    if (rc) return -1;
+    if (decode_time_pair(ns, &ns_base, &c, &b, d->Hq, tm->q, tm->threads, tm->repeat,
+                         d->V ? DECODE_FULL : DECODE_KEYS))
+        return -1;
     if (!(*ns > 0) || !(ns_base > 0))
         return kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns and %g ns for FP16)", *ns,
                         ns_base);
@@ -195,6 +194,6 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
         free(tm->done);
         tm->done = m;
     }
-    tm->done[tm->n_done++] = (struct Measured){*f, *ns, *speedup};
+    tm->done[tm->n_done++] = (struct Measured){tc->form, *ns, *speedup};
     return 0;
 }

@@ -1,26 +1,26 @@
 /* timing: the decode_ns and decode_speedup columns of `kvc run`: how long one decode step takes over the cache
- * as a method stores it, next to the same step over the FP16 cache, measured side by side in the same run.
+ * exactly as a method stored it, next to the same step over the FP16 cache, measured side by side in the same run.
  *
- * For each experiment evaluate.c asks the method for its DecodeForm (src/methods/methods.h): per (layer, stored
- * KV head) the format of K and V, the tokens kept, an FP16 residual window (KIVI) and head sharing. timing builds
- * that cache from the config's data (every stored head alike: each (layer, stored head) takes the rows of its
- * first KV head, the first T (+ Tr) tokens, quantized into the form's formats with src/store/store.h; a low-rank
- * tensor stores the first `rank` columns as its coefficients and unit rows as its basis) and times fused decode
- * steps over it (src/decode/decode.h) against the FP16 cache of all T tokens of every KV head: one query per
- * query head (the first evaluation query, or else the head's last key), `repeat` rounds of one step of each,
- * after one untimed step of each; the columns are the method's median step time in nanoseconds and the FP16
- * median divided by it. The timed cache has exactly the formats and token counts of the stored form; its codes
- * are the data quantized without the method's extras (the Hadamard rotation of the query is not timed); its
- * bytes are those of the stored form without index bytes (a decode step does not read token positions).
+ * A method returns its stored form with its result (src/methods/methods.h MethodStored: per (layer, KV head) the
+ * StoreTensors it wrote, a second segment such as KIVI's FP16 window, head sharing). evaluate.c hands every head's
+ * form to a TimedCache as the heads come (timing_cache_add takes the tensors over, so the cache is held once), and
+ * timing_measure times fused decode steps over exactly those tensors (src/decode/decode.h), nothing quantized
+ * again, against the FP16 cache of all T tokens of every KV head built from the config's data: one query per query
+ * head (the first evaluation query, or else the head's last key), `repeat` rounds of one step of each, after one
+ * untimed step of each; the columns are the method's median step time in nanoseconds and the FP16 median divided
+ * by it. The timed cache holds what a decode step reads; the method's bytes also count what it does not
+ * (src/methods/methods.h MethodStored): eviction indices, a cast's per-head or per-layer FP32 scale (one number
+ * folded into the query), and a basis stored once per layer, which each head's low-rank tensor holds a copy of.
+ * The Hadamard rotation of the query is not timed.
  *
- * The method library's intN tensors that are symmetric with one FP16 scale per token row (or per channel column)
- * at 8, 4 or 2 bits are the int8/int4/int2 formats of store.h (same bytes) and are timed with those fused kernels;
- * the other intN shapes with 8, 4 or 2 bits, W % 8 == 0 and groups of a multiple of 8 (KIVI's among them) have the
- * grouped intN kernels (src/decode/kernels_kivi.h); any other intN shape (3 / 5 / 6 / 7 bits, other group sizes) goes
- * through the decode path's generic tiles (correct, not fused). Every ggml type (q8_0 ... iq4_nl) has a fused kernel.
- * Caches without values (data.values false) time the key side only (scores and their max).
+ * Every stored format has a decode path: fused kernels for f32, f16, bf16, e4m3, e5m2, int8/int4/int2 (a method's
+ * symmetric intN with one FP16 scale per row or column at 8/4/2 bits is stored as those: src/methods/qprep.h), the
+ * ggml types, and the grouped intN shapes with 8, 4 or 2 bits, W % 8 == 0 and groups of a multiple of 8 (KIVI's
+ * among them, src/decode/kernels_kivi.h); any other intN shape goes through the decode path's generic tiles
+ * (correct, not fused). Caches without values (data.values false) time the key side only (scores and their max).
  *
- * Ownership: a Timing keeps a pointer to the Data (which must outlive it) and owns the baseline cache.
+ * Ownership: a Timing keeps a pointer to the Data (which must outlive it) and owns the baseline cache. A
+ * TimedCache owns the tensors it took; timing_cache_free releases them.
  */
 #ifndef KVC_TIMING_H
 #define KVC_TIMING_H
@@ -40,38 +40,40 @@ typedef struct Timing Timing;
 Timing *timing_create(const Data *d, int threads, int repeat);
 void timing_free(Timing *tm);   /* NULL-safe */
 
-/* Times the stored form f (f->none must be NULL) side by side with the FP16 cache: *ns = the form's median step
- * in nanoseconds, *speedup = FP16 median / *ns. A form equal to one measured before by this Timing
- * (timing_same_form: the cache built would be the same) gets that measurement again, so experiments that store
- * the same cache (evictions at one budget, a quantizer with and without rotation) show the same numbers. Returns 0, or -1 with kvc_fail set (a form the decode path
- * cannot hold, e.g. a q8_0 row that is not a multiple of 32; threads that cannot start; a median of 0 ns);
- * kvc run then leaves the cells empty with that message as its note. */
-int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup);
+/* What the cost of a decode step depends on: the formats and token counts of a stored head and the sharing.
+ * Every stored head of an experiment must have the same form to be timed; equal forms get one measurement. */
+typedef struct DecodeForm {
+    StoreFormat k, v, kr, vr;   /* formats of K, V and of their second segment (zeroed when absent) */
+    size_t T, Tr;               /* tokens of the main and of the second segment (0: none) */
+    size_t share;               /* KV heads that read one stored head */
+    int values;                 /* 1: V is stored */
+} DecodeForm;
 
-/* The stored form of one (layer, KV head) whose method output is c: the default of methods.h DecodeForm, then
- * the method's decode_form ("the method has no decode form" in none for a method without one that does not
- * evict). */
-DecodeForm timing_form(const Experiment *ex, const Data *d, const Compressed *c);
-/* 1 when a and b are the same form (every head of an experiment must store the same one to be timed). */
-int timing_same_form(const DecodeForm *a, const DecodeForm *b);
-
-/* NULL when timing_measure can time form f over data d, else why not (a static string): low-rank coefficients
- * in an intN format that is not int8/int4/int2 (timing_decode_format), which store.h does not hold. */
-const char *timing_unsupported(const DecodeForm *f, const Data *d);
-
-/* The cache of form f built from d, as timing_measure times it (for tests). */
+/* The stored cache of one experiment, gathered head by head: L * H (layer, KV head) stored forms in order. */
 typedef struct TimedCache {
-    size_t n;                       /* tensors per role: L * stored heads */
-    StoreTensor *K, *V, *Kr, *Vr;   /* V NULL without values; Kr/Vr NULL without a residual */
-    DecodeCache c;
-    uint64_t bytes;                 /* store_bytes of every tensor */
+    size_t L, H;                    /* the data's layers and KV heads */
+    size_t added;                   /* heads added so far */
+    size_t n;                       /* stored heads held: L * H / form.share once the first head is added */
+    StoreTensor *K, *V, *Kr, *Vr;   /* n each; V, Kr, Vr NULL when absent */
+    DecodeForm form;                /* the first head's */
+    const char *none;               /* set: this cache is not timed, and why (a static string); nothing is held */
+    uint64_t bytes;                 /* store_bytes of every tensor held */
 } TimedCache;
-int timing_build(TimedCache *tc, const Data *d, const DecodeForm *f);
-void timing_cache_free(TimedCache *tc);   /* safe on a zeroed TimedCache */
 
-/* The format the decode path reads for f over a (T, W) tensor: a symmetric intN with one FP16 scale per row
- * (axis token) or per column (axis channel) at 8/4/2 bits and byte-aligned rows becomes int8/int4/int2 with
- * that axis; any other format is returned as it is. */
-StoreFormat timing_decode_format(StoreFormat f, size_t T, size_t W);
+void timing_cache_init(TimedCache *tc, size_t L, size_t H);
+/* Adds the stored form s of the next (layer, KV head), taking its tensors over (s is left empty). A head that
+ * cannot be timed sets tc->none and frees everything held: its own none, a form unlike the first head's ("its KV
+ * heads store different forms"), K and V with different token counts, no stored K; later heads are then freed as
+ * they come. */
+void timing_cache_add(TimedCache *tc, MethodStored *s);
+void timing_cache_free(TimedCache *tc);   /* safe on a zeroed or initialized TimedCache; leaves it initialized */
+
+/* Times the cache tc (all L * H heads added, tc->none NULL) side by side with the FP16 cache: *ns = its median
+ * step in nanoseconds, *speedup = FP16 median / *ns. A form equal to one measured before by this Timing gets that
+ * measurement again (the cost of a step does not depend on the values), so experiments that store the same formats
+ * and token counts (evictions at one budget, a quantizer with and without rotation) show the same numbers. The
+ * tensors stay tc's. Returns 0, or -1 with kvc_fail set (a cache the decoder rejects, threads that cannot start, a
+ * median of 0 ns); kvc run then leaves the cells empty with that message as its note. */
+int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup);
 
 #endif

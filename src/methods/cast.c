@@ -9,6 +9,8 @@
  * double (exact). A scale of 0 (an all-zero group) stores codes 0 and reads back 0. Bytes: the codes (store_bytes
  * of the code tensor) plus 4 per scale from an FP32 tensor of the scales; a "tensor" scale is stored once per
  * layer, its 4 bytes split over the layer's KV heads (1 byte each to the first 4 of them). rotate and outliers: src/methods/qprep.h (the scale sees the dense part).
+ * Stored form (Compressed.stored): the code tensor of each covered tensor; a decode step folds a per-layer or
+ * per-head scale into the query, and reads no per-token scales (that form is marked none).
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
@@ -59,11 +61,11 @@ static double max_abs(const double *x, size_t n)
     return a;
 }
 
-/* out (T, D) = x (T, D) cast and read back; returns the bytes. s_tensor: the layer's scale (SC_TENSOR), whose
- * bytes this head counts: head h of H gets floor(b / H), plus 1 when h < b mod H (README "How bytes are
- * counted": storage shared by heads). */
-static uint64_t cast_dense(double *out, const double *x, size_t T, size_t D, int fmt, int mode, double s_tensor,
-                           size_t h, size_t H)
+/* st = the codes of x / s, out (T, D) = x (T, D) cast and read back; returns the bytes. s_tensor: the layer's
+ * scale (SC_TENSOR), whose bytes this head counts: head h of H gets floor(b / H), plus 1 when h < b mod H (README
+ * "How bytes are counted": storage shared by heads). */
+static uint64_t cast_dense(StoreTensor *st, double *out, const double *x, size_t T, size_t D, int fmt, int mode,
+                           double s_tensor, size_t h, size_t H)
 {
     double *s = xmalloc(T * sizeof *s), *y = xmalloc(T * D * sizeof *y);
     size_t ns = mode == SC_TOKEN ? T : mode == SC_NONE ? 0 : 1;
@@ -76,21 +78,21 @@ static uint64_t cast_dense(double *out, const double *x, size_t T, size_t D, int
     StoreFormat f;
     memset(&f, 0, sizeof f);
     f.type = format_types[fmt];
-    StoreTensor st;
-    store_alloc(&st, f, T, D);
-    store_quantize_f64(&st, y);
-    store_dequantize_f64(out, &st);
-    uint64_t bytes = store_bytes(&st);
-    store_free(&st);
+    store_alloc(st, f, T, D);
+    store_quantize_f64(st, y);
+    store_dequantize_f64(out, st);
+    uint64_t bytes = store_bytes(st);
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < D; j++) out[t * D + j] = out[t * D + j] * s[t];
-    if (ns) {
+    if (ns) {   /* the FP32 scales: counted, not read by a decode step (a per-layer or per-head one is folded into
+                   the query; per-token ones have no decode kernel) */
+        StoreTensor sc;
         f.type = STORE_F32;
-        store_alloc(&st, f, ns, 1);
-        store_quantize_f64(&st, s);
-        uint64_t b = store_bytes(&st);
+        store_alloc(&sc, f, ns, 1);
+        store_quantize_f64(&sc, s);
+        uint64_t b = store_bytes(&sc);
         bytes += mode != SC_TENSOR ? b : b / H + (h < b % H);
-        store_free(&st);
+        store_free(&sc);
     }
     free(s);
     free(y);
@@ -124,7 +126,8 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
         }
         for (size_t h = 0; h < H && !rc; h++) {
             double *x = xmalloc(n * sizeof *x);
-            out[h].bytes += cast_dense(x, q[h].x, T, D, fmt, mode, s_tensor, h, H) + qprep_bytes(&q[h]);
+            StoreTensor *st = v ? &out[h].stored.V : &out[h].stored.K;
+            out[h].bytes += cast_dense(st, x, q[h].x, T, D, fmt, mode, s_tensor, h, H) + qprep_bytes(&q[h]);
             qprep_finish(x, &q[h]);
             if (v) out[h].V = x;
             else out[h].K = x;
@@ -132,6 +135,12 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
         for (size_t h = 0; h < H; h++) qprep_free(&q[h]);
         free(q);
         if (rc) return -1;
+    }
+    const char *none = qprep_no_decode(ex);
+    if (!none && mode == SC_TOKEN) none = "its per-token FP32 scales have no decode kernel";
+    for (size_t h = 0; none && h < H; h++) {
+        out[h].stored.none = none;
+        method_stored_free(&out[h].stored);
     }
     return 0;
 }
@@ -141,23 +150,6 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
     memset(out, 0, sizeof *out);
     return apply_layer(out, ex, in, 1);
-}
-
-/* The element type; a per-layer or per-head scale is one number folded into the query, a per-token scale has no
- * decode kernel. */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)d;
-    (void)c;
-    if (qprep_no_decode(f, ex)) return;
-    if (exp_param(ex, "scale") == SC_TOKEN) {
-        f->none = "its per-token FP32 scales have no decode kernel";
-        return;
-    }
-    StoreFormat fmt;
-    memset(&fmt, 0, sizeof fmt);
-    fmt.type = format_types[exp_param(ex, "format")];
-    decode_form_set(f, exp_param(ex, "apply_to"), fmt);
 }
 
 const MethodDesc method_cast = {
@@ -170,5 +162,4 @@ const MethodDesc method_cast = {
     .check = check,
     .apply = apply,
     .apply_layer = apply_layer,
-    .decode_form = decode_form,
 };

@@ -2,7 +2,8 @@
  *
  * T rows (tokens of the cache, or the rows a pipeline still keeps: their positions are in->pos), D head dim.
  * An eviction method fills Compressed.kept (ascending row indices) and counts the kept rows in FP16 (K, and V
- * when the cache holds values) plus its index or state bytes.
+ * when the cache holds values) plus its index or state bytes. It stores no tensor itself: method_run stores the
+ * kept rows in FP16 (its stored form; the index bytes are not read by a decode step).
  */
 #ifndef KVC_METHODS_EVICT_H
 #define KVC_METHODS_EVICT_H

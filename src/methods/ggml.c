@@ -3,7 +3,8 @@
  * T tokens, D head dim. Each token row (D values, rounded to float32 as ggml takes them) is one call of ggml's
  * reference quantizer quantize_row_<type>_ref: blocks of 32 along D with FP16 block scales (q8_0, q4_0, q4_1,
  * q5_0, q5_1, iq4_nl; D must be a multiple of 32), or ggml's float32 -> f16 / bf16 conversion. Stored form and
- * read-back (float32, as ggml dequantizes): src/store/store.h; bytes are the blocks' (store_bytes). Note that `ggml`
+ * read-back (float32, as ggml dequantizes): src/store/store.h; bytes are the blocks' (store_bytes), and the tensors
+ * are the method's stored form (every ggml type has a fused decode kernel, src/decode/). Note that `ggml`
  * f16 rounds twice (double -> float32 -> f16), as a float32 model feeding a ggml cache does, where `cast` f16
  * rounds the double once. rotate and outliers: src/methods/qprep.h.
  */
@@ -38,7 +39,9 @@ static int check(const Experiment *ex, const Dims *d)
     return 0;
 }
 
-static int ggml_tensor(double *out, uint64_t *bytes, const double *x, const Experiment *ex, const MethodInput *in)
+/* st = x in the ggml type, out (T, D) = x read back; adds the bytes. */
+static int ggml_tensor(StoreTensor *st, double *out, uint64_t *bytes, const double *x, const Experiment *ex,
+                       const MethodInput *in)
 {
     size_t T = in->T, D = in->D;
     QPrep q;
@@ -48,12 +51,10 @@ static int ggml_tensor(double *out, uint64_t *bytes, const double *x, const Expe
     StoreFormat f;
     memset(&f, 0, sizeof f);
     f.type = type_of[exp_param(ex, "type")];
-    StoreTensor st;
-    store_alloc(&st, f, T, D);
-    store_quantize_f32(&st, xf);
-    store_dequantize_f64(out, &st);
-    *bytes += store_bytes(&st) + qprep_bytes(&q);
-    store_free(&st);
+    store_alloc(st, f, T, D);
+    store_quantize_f32(st, xf);
+    store_dequantize_f64(out, st);
+    *bytes += store_bytes(st) + qprep_bytes(&q);
     free(xf);
     qprep_finish(out, &q);
     qprep_free(&q);
@@ -67,31 +68,20 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     memset(out, 0, sizeof *out);
     if (to == APPLY_K || to == APPLY_KV) {
         out->K = xmalloc(n * sizeof(double));
-        if (ggml_tensor(out->K, &out->bytes, in->K, ex, in)) return -1;
+        if (ggml_tensor(&out->stored.K, out->K, &out->bytes, in->K, ex, in)) return -1;
     } else {
         out->bytes += 2 * (uint64_t)n;
     }
     if (in->V) {
         if (to == APPLY_V || to == APPLY_KV) {
             out->V = xmalloc(n * sizeof(double));
-            if (ggml_tensor(out->V, &out->bytes, in->V, ex, in)) return -1;
+            if (ggml_tensor(&out->stored.V, out->V, &out->bytes, in->V, ex, in)) return -1;
         } else {
             out->bytes += 2 * (uint64_t)n;
         }
     }
+    if ((out->stored.none = qprep_no_decode(ex)) != NULL) method_stored_free(&out->stored);
     return 0;
-}
-
-/* The ggml type (every type has a fused decode kernel: src/decode/kernels*.c, kernels_ggml*.c). */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)d;
-    (void)c;
-    if (qprep_no_decode(f, ex)) return;
-    StoreFormat fmt;
-    memset(&fmt, 0, sizeof fmt);
-    fmt.type = type_of[exp_param(ex, "type")];
-    decode_form_set(f, exp_param(ex, "apply_to"), fmt);
 }
 
 const MethodDesc method_ggml = {
@@ -103,5 +93,4 @@ const MethodDesc method_ggml = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
-    .decode_form = decode_form,
 };

@@ -6,7 +6,8 @@
  * tokens (the last group may be shorter); values: rows [0, Tq) asymmetric `v_bits` codes with a scale and a min
  * per token and group of `group_size` consecutive channels. Rows [Tq, T) of K and V are stored in FP16 (KIVI's
  * streaming residual). Stored forms: STORE_INTN (src/store/store.h) for the quantized rows and STORE_F16 for the
- * residual; bytes are theirs (store_bytes) plus the outlier records. KIVI keeps the T mod group_size tokens
+ * residual, returned as the main segment and the second segment (MethodStored.K / Kr, V / Vr; every token in the
+ * main segment in FP16 when tokens <= residual); bytes are theirs (store_bytes) plus the outlier records. KIVI keeps the T mod group_size tokens
  * after the last full key group in full precision as well; kvc quantizes a shorter last group instead (set
  * `residual` to keep them). scale_dtype as for quantize, but fp16_exact by default (KIVI stores FP16 scales
  * and mins). rotate and outliers: src/methods/qprep.h (outliers among the quantized rows only).
@@ -44,9 +45,10 @@ static int check(const Experiment *ex, const Dims *d)
     return qprep_check(ex, d);
 }
 
-/* out (T, D) = x as KIVI stores it and reads it back; adds the bytes. */
-static int kivi_tensor(double *out, uint64_t *bytes, const double *x, int bits, StoreAxis axis, const Experiment *ex,
-                       const MethodInput *in)
+/* main, resid = x as KIVI stores it (the quantized rows, then the FP16 window; every row in FP16 in main when
+ * none is quantized), out (T, D) = x read back; adds the bytes. */
+static int kivi_tensor(StoreTensor *main_rows, StoreTensor *resid, double *out, uint64_t *bytes, const double *x,
+                       int bits, StoreAxis axis, const Experiment *ex, const MethodInput *in)
 {
     size_t T = in->T, D = in->D, R = (size_t)exp_param(ex, "residual"), Tq = T > R ? T - R : 0;
     long sd = exp_param(ex, "scale_dtype");
@@ -55,18 +57,14 @@ static int kivi_tensor(double *out, uint64_t *bytes, const double *x, int bits, 
     if (Tq > 0) {
         StoreFormat f = store_intn_format(bits, 1, axis, (size_t)exp_param(ex, "group_size"),
                                           sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16);
-        *bytes += qprep_intn(out, q.x, Tq, D, f, sd == SCALE_FP16);
+        qprep_intn(main_rows, out, q.x, Tq, D, f, sd == SCALE_FP16);
+        *bytes += store_bytes(main_rows);
     }
     if (T > Tq) {
-        StoreFormat f;
-        memset(&f, 0, sizeof f);
-        f.type = STORE_F16;
-        StoreTensor st;
-        store_alloc(&st, f, T - Tq, D);
-        store_quantize_f64(&st, q.x + Tq * D);
-        store_dequantize_f64(out + Tq * D, &st);
-        *bytes += store_bytes(&st);
-        store_free(&st);
+        StoreTensor *st = Tq > 0 ? resid : main_rows;
+        method_store_f16(st, q.x + Tq * D, NULL, T - Tq, D);
+        store_dequantize_f64(out + Tq * D, st);
+        *bytes += store_bytes(st);
     }
     *bytes += qprep_bytes(&q);
     qprep_finish(out, &q);
@@ -78,36 +76,20 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
     size_t n = in->T * in->D;
     memset(out, 0, sizeof *out);
+    MethodStored *s = &out->stored;
     out->K = xmalloc(n * sizeof(double));
-    if (kivi_tensor(out->K, &out->bytes, in->K, (int)exp_param(ex, "k_bits"), STORE_AXIS_CHANNEL, ex, in)) return -1;
+    if (kivi_tensor(&s->K, &s->Kr, out->K, &out->bytes, in->K, (int)exp_param(ex, "k_bits"), STORE_AXIS_CHANNEL, ex,
+                    in))
+        return -1;
     if (in->V) {
         out->V = xmalloc(n * sizeof(double));
-        if (kivi_tensor(out->V, &out->bytes, in->V, (int)exp_param(ex, "v_bits"), STORE_AXIS_TOKEN, ex, in)) return -1;
+        if (kivi_tensor(&s->V, &s->Vr, out->V, &out->bytes, in->V, (int)exp_param(ex, "v_bits"), STORE_AXIS_TOKEN, ex,
+                        in))
+            return -1;
     }
+    /* outliers only ever come from the quantized rows */
+    if (in->T > (size_t)exp_param(ex, "residual") && (s->none = qprep_no_decode(ex)) != NULL) method_stored_free(s);
     return 0;
-}
-
-/* Quantized rows, then the FP16 residual window (a second segment of the decode step). */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)d;
-    (void)c;
-    size_t R = (size_t)exp_param(ex, "residual");
-    if (f->T <= R) {   /* every token in FP16 (outliers only ever come from the quantized rows) */
-        StoreFormat h;
-        memset(&h, 0, sizeof h);
-        h.type = STORE_F16;
-        decode_form_set(f, APPLY_KV, h);
-        return;
-    }
-    if (qprep_no_decode(f, ex)) return;
-    long sd = exp_param(ex, "scale_dtype");
-    StoreScaleType st = sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16;
-    size_t g = (size_t)exp_param(ex, "group_size");
-    decode_form_set(f, APPLY_K, store_intn_format((int)exp_param(ex, "k_bits"), 1, STORE_AXIS_CHANNEL, g, st));
-    decode_form_set(f, APPLY_V, store_intn_format((int)exp_param(ex, "v_bits"), 1, STORE_AXIS_TOKEN, g, st));
-    f->T -= R;
-    f->Tr = R;
 }
 
 const MethodDesc method_kivi = {
@@ -119,5 +101,4 @@ const MethodDesc method_kivi = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
-    .decode_form = decode_form,
 };

@@ -8,7 +8,9 @@
  * (H*T, D); each head stores its own coefficients (T, r), the layer the basis once (2*r*D bytes per tensor,
  * split over the heads with method_split_bytes). The rank then comes from the stacked spectrum.
  * The factored form (coefficients, basis) is also returned in Compressed.Kcoef/Kbasis/Vcoef/Vbasis, which
- * pipelines read (e.g. to quantize the coefficients).
+ * pipelines read (e.g. to quantize the coefficients). The stored form (Compressed.stored) is the rank-r FP16
+ * tensor of src/store/store.h (coefficients and basis; a decode step scores through them: q' = B q once, then
+ * c_t . q'); with joint each head's tensor holds a copy of the layer's basis.
  */
 #include "methods/methods.h"
 #include "base/linalg.h"
@@ -122,6 +124,15 @@ static int lowrank_tensors(Compressed *out, const Experiment *ex, const MethodIn
                 memcpy(c->Kbasis, basis, r * D * sizeof *basis);
             }
             c->basis_shared = joint;
+            /* the stored form: FP16 coefficients of rank r with the FP16 basis (a joint basis: a copy per head) */
+            StoreTensor *st = v ? &c->stored.V : &c->stored.K;
+            StoreFormat f;
+            memset(&f, 0, sizeof f);
+            f.type = STORE_F16;
+            f.rank = r;
+            store_alloc(st, f, rows[k], D);
+            store_quantize_f64(st, coef[k]);
+            store_set_basis_f64(st, basis);
         }
         (void)M;
         free(x); free(rows); free(rec); free(coef); free(basis);
@@ -153,36 +164,6 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
     return 0;
 }
 
-/* FP16 coefficients of the kept rank (the decode step scores through them: q' = B q once, then c_t . q'). Inside
- * a pipeline (c NULL) the rank is the parameter, at most min(tokens, current width); energy picks a rank per head
- * there, which the pipeline does not report, so no timing then. */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    long to = exp_param(ex, "apply_to");
-    for (int v = 0; v < 2; v++) {
-        if (!(to == APPLY_KV || to == (v ? APPLY_V : APPLY_K))) continue;
-        StoreFormat *x = v ? &f->v : &f->k;
-        size_t r;
-        if (c) {
-            r = v ? c->v_rank : c->k_rank;
-        } else if (exp_param_num(ex, "energy") > 0) {
-            f->none = "inside a pipeline, lowrank energy picks a rank per head that is not reported";
-            return;
-        } else {
-            /* joint: one basis from the stacked rows of the layer's stored heads */
-            size_t w = x->rank ? x->rank : d->D, rows = f->T;
-            if (exp_param(ex, "joint")) rows *= (d->kv_heads ? d->kv_heads : 1) / (f->share ? f->share : 1);
-            r = (size_t)exp_param(ex, "rank");
-            if (r > w) r = w;
-            if (r > rows) r = rows;
-        }
-        if (r == 0) continue;   /* keys-only data: no V */
-        memset(x, 0, sizeof *x);
-        x->type = STORE_F16;
-        x->rank = r;
-    }
-}
-
 const MethodDesc method_lowrank = {
     .name = "lowrank",
     .factor = "per-token dimension",
@@ -194,5 +175,4 @@ const MethodDesc method_lowrank = {
     .check = check,
     .apply = method_apply_one_head,
     .apply_layer = apply_layer,
-    .decode_form = decode_form,
 };

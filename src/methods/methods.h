@@ -1,10 +1,16 @@
 /* methods: the registry of compression methods and the contract each one follows.
  *
  * A method takes the exact cache (K, V: (T, D), row-major double) and produces what the compressed cache
- * would hold, as the quality path needs it: reconstructed K'/V' (same shape), or the indices of the kept
- * tokens (eviction), plus the byte count of the stored form. Methods never compute attention; the shared
- * kernel in attention.c does that for every method. Adding a method is one file plus one row in
- * registry.c; `kvc methods`, config validation and the README's method table come from these rows.
+ * would hold, described once: the tensors it stores (StoreTensors of src/store/store.h, in Compressed.stored),
+ * and from them what the quality path needs: reconstructed K'/V' (same shape) or the indices of the kept tokens
+ * (eviction), and the byte count (store_bytes of the stored tensors, plus what a decode step does not read:
+ * index bytes, outlier records, a cast's FP32 scales). kvc run's decode timing (src/eval/timing.h) times a decode
+ * step over exactly those stored tensors. Methods never compute attention; the shared kernel in attention.c does
+ * that for every method. Adding a method is one file plus one row in registry.c; `kvc methods`, config
+ * validation and the README's method table come from these rows. Its apply stores each tensor it rewrites with
+ * src/store/store.h (a format of the type table, or STORE_INTN), keeps those StoreTensors in out->stored,
+ * reconstructs K'/V' from them and counts their store_bytes; a form no decode path reads sets stored.none with
+ * the reason. tests/test_timing.c then checks its stored form against its bytes, tests/test_methods.c its rules.
  */
 #ifndef KVC_METHODS_H
 #define KVC_METHODS_H
@@ -86,30 +92,41 @@ typedef struct MethodInput {
     const char *seed;     /* the config's seed, a decimal integer string (methods that draw: `random`), or NULL */
 } MethodInput;
 
+/* The stored form of one (layer, KV head): the tensors the compressed cache holds for it, exactly as the method
+ * wrote them (src/store/store.h), which a decode step reads (kvc run's decode_ns, src/eval/timing.h). An empty
+ * StoreTensor (all zero, codes NULL) is a tensor not stored. What a decode step does not read is counted in
+ * Compressed.bytes only: eviction indices, outlier records (a form with them sets none), a cast's per-head or
+ * per-layer FP32 scale (one number folded into the query); a basis stored once per layer (lowrank joint) is held
+ * by each head's tensor. */
+typedef struct MethodStored {
+    StoreTensor K, V;     /* the stored rows of the head (every token, or the kept ones), low rank with their basis
+                             when stored so; V empty when the cache holds keys only */
+    StoreTensor Kr, Vr;   /* a second segment, the tokens after those (KIVI's FP16 residual window), or empty */
+    size_t share;         /* KV heads of the layer that read one stored head (share_heads' group); 0 means 1 */
+    int reads_first;      /* 1: this head reads the stored head of the first head of its group (share > 1) and
+                             holds no tensors */
+    const char *none;     /* set: the decode path does not read what the method stores, and why (a static string);
+                             the tensors may then be empty */
+} MethodStored;
+
 /* Output of a method. Owned by the caller after apply(); free with compressed_free(). */
 typedef struct Compressed {
     double *K, *V;        /* reconstructed tensors (T, D), or NULL when the method leaves that tensor exact */
     size_t *kept;         /* eviction: kept token indices, ascending; NULL when every token is kept */
     size_t n_kept;
-    uint64_t bytes;       /* bytes of the stored cache: every tensor of the cache, every scale, basis, index */
+    uint64_t bytes;       /* bytes of the stored cache: every tensor of the cache (store_bytes of the stored tensors,
+                             storage shared by heads split over them), every scale, basis, index */
     /* Optional factored form of a rewritten tensor (low rank), read by pipelines: X' = coef (T, rank) @ basis
      * (rank, D), both stored in FP16. basis_shared: one basis serves every head of an apply_layer call. */
     double *Kcoef, *Kbasis, *Vcoef, *Vbasis;
     size_t k_rank, v_rank;
     int basis_shared;
+    /* The tensors the method stored for this head. apply fills the ones it writes (the tensors it rewrites, in
+     * the role they have: K in K, Kr; V in V, Vr) or sets none; a tensor it leaves exact, and the kept rows of an
+     * eviction, it may leave empty: method_run stores those in FP16. Inside a pipeline, a step's stored
+     * tensors of the roles it rewrote become the pipeline's (pipeline.c). */
+    MethodStored stored;
 } Compressed;
-
-/* What a decode step reads for one (layer, KV head) of the stored cache: kvc run's decode_ns column
- * (src/eval/timing.h). Before MethodDesc.decode_form runs, evaluate.c sets the default: K and V in FP16 (rank 0)
- * over the tokens the head keeps (T, or the rows an eviction kept), no residual, no sharing, none NULL; that
- * default is right for every eviction method, so they need no decode_form. */
-typedef struct DecodeForm {
-    StoreFormat k, v;     /* stored format of the K and V rows (rank > 0: low rank, coefficients in this type) */
-    size_t T;             /* tokens of the main segment */
-    size_t Tr;            /* tokens stored after them in FP16 (KIVI's residual window); 0: none */
-    size_t share;         /* KV heads that read one stored head (share_heads' group); 1: no sharing */
-    const char *none;     /* set: the decode path does not read this stored form, and why (no timing) */
-} DecodeForm;
 
 typedef struct MethodDesc {
     const char *name;
@@ -120,7 +137,8 @@ typedef struct MethodDesc {
     int needs_query;             /* an oracle that looks at the evaluated query */
     /* dims-dependent checks; kvc_fail("<exp_param_path>: ...") and -1 on a bad value */
     int (*check)(const Experiment *ex, const Dims *d);
-    /* fills *out; returns 0 or -1 with kvc_fail set (e.g. LAPACK failure) */
+    /* fills *out (see Compressed: K'/V' or kept, bytes, and the stored tensors); returns 0 or -1 with kvc_fail
+     * set (e.g. LAPACK failure); out stays freeable either way */
     int (*apply)(Compressed *out, const Experiment *ex, const MethodInput *in);
     /* Optional, for methods that work across the KV heads of a layer (share_heads, lowrank joint, pipeline):
      * when set, evaluation calls it once per layer instead of apply once per head. in[0..H) are the layer's KV
@@ -133,11 +151,6 @@ typedef struct MethodDesc {
     int evicts;
     /* evicting methods: tokens kept per head from a cache of d->T tokens (pipelines check later steps with it) */
     size_t (*kept_tokens)(const Experiment *ex, const Dims *d);
-    /* Optional: rewrites the default *f (see DecodeForm) into the form this method stores. c is the method's
-     * output for the head (its ranks), or NULL inside a pipeline (the pipeline calls its steps' decode_form in
-     * order on one form: a step changes the types of the tensors it covers and keeps their rank). NULL for a
-     * method that rewrites values: evaluate.c then reports no timing for it. */
-    void (*decode_form)(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c);
 } MethodDesc;
 
 extern const MethodDesc *const method_registry[];
@@ -164,17 +177,23 @@ const char *exp_param_path(const Experiment *ex, const char *name);
  * "experiments.2.steps.1.budget" (a parameter that was not given); a static buffer of its own, for messages */
 const char *exp_path(const Experiment *ex, const char *key);
 
-void compressed_free(Compressed *c);
+void compressed_free(Compressed *c);   /* its stored tensors too */
+void method_stored_free(MethodStored *s);   /* store_free of its four tensors; s is left empty (none kept) */
+
+/* Runs experiment ex on the KV heads in[0..H) of a layer into out[0..H) (zeroed first): apply_layer once, or
+ * apply per head. stored 1: then completes each head's stored form: a tensor of the cache the method left empty
+ * (and that it did not mark none, nor a head that reads its group's first) is stored in FP16 over the rows the
+ * head keeps (every row, or out->kept); stored 0: the stored tensors are freed (a run without decode timing).
+ * Returns 0, or -1 with kvc_fail set (out stays freeable). */
+int method_run(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H, int stored);
+/* st = rows[0..n) of x (T, D) (rows NULL: the first n rows) in FP16, allocated. */
+void method_store_f16(StoreTensor *st, const double *x, const size_t *rows, size_t n, size_t D);
 
 /* Share i (0..n-1) of `total` bytes stored once for n heads: floor(total / n), plus one for the first
  * total mod n heads, so that the shares sum to total (--per-head rows of shared storage). */
 uint64_t method_split_bytes(uint64_t total, size_t n, size_t i);
 /* apply() of a method that has apply_layer: apply_layer on a layer of one head. */
 int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInput *in);
-
-/* decode_form helper of the quantizers: the tensors `apply_to` covers get fmt's type (and its intN fields);
- * their rank stays. */
-void decode_form_set(DecodeForm *f, long apply_to, StoreFormat fmt);
 
 /* apply_to choices shared by several methods: "k", "v", "kv" */
 extern const char *const apply_to_choices[];

@@ -20,6 +20,12 @@
  * its basis (2 x r x D, once per layer when shared); split over the heads that read it (method_split_bytes).
  * Output per original head: kept = the positions (when a step evicted), K'/V' = the reconstructed rows at their
  * positions (evicted rows keep their exact values), NULL for a tensor no step changed.
+ * Stored form (Compressed.stored) of a stored head, per tensor: the tensors the last step that rewrote it stored
+ * for its role (a second segment too: KIVI's FP16 window), made low rank with the FP16 basis when the tensor is
+ * (store_set_lowrank_f64: the step stored coefficients); a tensor no step rewrote is its rows in FP16. The first
+ * head of a group holds it, the others read it (MethodStored.reads_first). Not timed (MethodStored.none): a
+ * step's stored form the decode path does not read, low-rank coefficients in a grouped integer format, and one
+ * tensor with KIVI's window and one without (a step after kivi that rewrites one tensor only).
  */
 #include "methods/methods.h"
 #include "methods/share.h"
@@ -38,6 +44,9 @@ typedef struct Tensor {
     uint64_t rows_bytes;    /* bytes of the stored rows (codes, scales) */
     int basis_shared;       /* the basis is stored once per layer */
     int touched;            /* the values differ from the exact cache */
+    StoreTensor st, str;    /* the rows as the last step that rewrote them stored them, without the pipeline's
+                               basis (str: a second segment after them, or empty); empty until a step rewrites */
+    const char *none;       /* that step's stored form has no decode path, and why */
 } Tensor;
 
 typedef struct Stored {
@@ -98,6 +107,8 @@ static void stored_free(Stored *s)
     for (int x = 0; x < 2; x++) {
         free(s->X[x].S);
         free(s->X[x].B);
+        store_free(&s->X[x].st);
+        store_free(&s->X[x].str);
     }
 }
 
@@ -260,9 +271,19 @@ static void rewrite_inputs(MethodInput *mi, const Stored *st, size_t nst, int k,
     }
 }
 
-/* Tensor X takes the rewritten rows (or factored form) of result r for its role (0: K, 1: V), with rows bytes b. */
+/* Tensor X takes the rewritten rows (or factored form) of result r for its role (0: K, 1: V), with rows bytes b,
+ * and the tensors the step stored for that role. */
 static void take(Tensor *X, Compressed *r, int role, uint64_t b, size_t n, size_t D)
 {
+    MethodStored *ms = &r->stored;
+    StoreTensor *sm = role ? &ms->V : &ms->K, *sr = role ? &ms->Vr : &ms->Kr;
+    store_free(&X->st);
+    store_free(&X->str);
+    X->st = *sm;
+    X->str = *sr;
+    memset(sm, 0, sizeof *sm);
+    memset(sr, 0, sizeof *sr);
+    X->none = ms->none ? ms->none : !X->st.codes ? "a step has no stored form" : NULL;
     double **coef = role ? &r->Vcoef : &r->Kcoef, **basis = role ? &r->Vbasis : &r->Kbasis;
     double **rows = role ? &r->V : &r->K;
     size_t rank = role ? r->v_rank : r->k_rank;
@@ -360,6 +381,22 @@ static uint64_t stored_bytes(const Stored *p, int has_v, size_t D)
     return b;
 }
 
+/* The stored form of stored head p, complete (see the top); NULL, or why the decode path does not read it. */
+static const char *finish_stored(Stored *p, int has_v, size_t D)
+{
+    for (int x = 0; x < 1 + has_v; x++) {
+        Tensor *X = &p->X[x];
+        if (X->none) return X->none;
+        if (!X->st.codes) method_store_f16(&X->st, X->S, NULL, p->n, X->W);   /* no step rewrote it: W = D */
+        if (X->B && (store_set_lowrank_f64(&X->st, D, X->B, "pipeline") ||
+                     (X->str.codes && store_set_lowrank_f64(&X->str, D, X->B, "pipeline"))))
+            return "low-rank coefficients in a grouped integer format have no decode path";
+    }
+    if (has_v && p->X[0].str.T != p->X[1].str.T)
+        return "a step after kivi rewrites KIVI's FP16 window in one tensor only";
+    return NULL;
+}
+
 /* X' (T, D) of original head h: the exact tensor with the stored rows, reconstructed, at their positions. */
 static double *reconstruct(const Tensor *X, const Stored *p, const double *exact, size_t T, size_t D)
 {
@@ -401,8 +438,25 @@ static int pl_apply_layer(Compressed *out, const Experiment *ex, const MethodInp
         for (int x = 0; x < 1 + has_v; x++)
             if (st[0].X[x].B && st[0].X[x].basis_shared) layer_bytes[x] = 2 * (uint64_t)st[0].X[x].W * D;
         for (size_t h = 0; h < H; h++) {
-            const Stored *p = &st[h / g];
+            Stored *p = &st[h / g];
             Compressed *c = &out[h];
+            MethodStored *ms = &c->stored;
+            ms->share = g;
+            if (h == p->h0 && !(ms->none = finish_stored(p, has_v, D))) {   /* the group's first head holds it */
+                ms->K = p->X[0].st;
+                ms->Kr = p->X[0].str;
+                memset(&p->X[0].st, 0, sizeof p->X[0].st);
+                memset(&p->X[0].str, 0, sizeof p->X[0].str);
+                if (has_v) {
+                    ms->V = p->X[1].st;
+                    ms->Vr = p->X[1].str;
+                    memset(&p->X[1].st, 0, sizeof p->X[1].st);
+                    memset(&p->X[1].str, 0, sizeof p->X[1].str);
+                }
+            } else if (h != p->h0) {
+                ms->none = out[p->h0].stored.none;
+                ms->reads_first = 1;
+            }
             c->bytes = method_split_bytes(stored_bytes(p, has_v, D), p->nh, h - p->h0) +
                        method_split_bytes(layer_bytes[0], H, h) + method_split_bytes(layer_bytes[1], H, h);
             if (p->evicted) {
@@ -419,36 +473,6 @@ static int pl_apply_layer(Compressed *out, const Experiment *ex, const MethodInp
     return rc;
 }
 
-/* The final stored form: the default's tokens are the rows the evictions kept (from c); every other step, in
- * order, applies its own decode_form to the same form (share_heads shares, lowrank sets a rank, a quantizer
- * sets the type of what it covers, KIVI splits off its residual window). */
-static void pl_decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)c;
-    for (size_t k = 0; k < ex->n_steps && !f->none; k++) {
-        const Experiment *st = &ex->steps[k];
-        const MethodDesc *m = st->method;
-        if (m->evicts) continue;
-        if (!m->decode_form) {
-            f->none = "a step has no decode form";
-            return;
-        }
-        if (f->Tr > 0 && m != &method_share_heads) {
-            /* a step after kivi rewrites every row it covers, KIVI's FP16 window too: the window is gone when it
-             * covers both tensors; one tensor with a window and one without is not a form the decoder reads */
-            int ai = method_param_index(m, "apply_to");
-            long to = ai < 0 ? APPLY_KV : st->p[ai];
-            if (!(to == APPLY_KV || (to == APPLY_K && !d->has_values))) {
-                f->none = "a step after kivi rewrites KIVI's FP16 window in one tensor only";
-                return;
-            }
-            f->T += f->Tr;
-            f->Tr = 0;
-        }
-        m->decode_form(f, st, d, NULL);
-    }
-}
-
 const MethodDesc method_pipeline = {
     .name = "pipeline",
     .factor = "what its steps shrink",
@@ -459,5 +483,4 @@ const MethodDesc method_pipeline = {
     .check = pl_check,
     .apply = method_apply_one_head,
     .apply_layer = pl_apply_layer,
-    .decode_form = pl_decode_form,
 };

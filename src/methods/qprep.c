@@ -2,6 +2,7 @@
 #include "methods/qprep.h"
 #include "methods/hadamard.h"
 #include "store/store.h"
+#include "base/half.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -41,7 +42,7 @@ int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int r
     q->sparse = xmalloc(6 * k);
     for (size_t r = 0; r < k; r++) {
         uint32_t idx = (uint32_t)m[r].i;
-        uint16_t h = store_f16_from_f64(q->x[m[r].i]);
+        uint16_t h = half_from_double(q->x[m[r].i]);
         for (int b = 0; b < 4; b++) q->sparse[6 * r + (size_t)b] = (uint8_t)(idx >> (8 * b));
         q->sparse[6 * r + 4] = (uint8_t)h;
         q->sparse[6 * r + 5] = (uint8_t)(h >> 8);
@@ -56,29 +57,26 @@ void qprep_finish(double *y, const QPrep *q)
     for (size_t r = 0; r < q->n_out; r++) {
         const uint8_t *rec = q->sparse + 6 * r;
         uint32_t idx = (uint32_t)rec[0] | (uint32_t)rec[1] << 8 | (uint32_t)rec[2] << 16 | (uint32_t)rec[3] << 24;
-        y[idx] = store_f16_to_f32((uint16_t)(rec[4] | rec[5] << 8));
+        y[idx] = half_to_float((uint16_t)(rec[4] | rec[5] << 8));
     }
     if (q->signs) hadamard_unrotate(y, q->T, q->D, q->signs);
 }
 
 const char *const qprep_scale_choices[] = {"fp16", "fp16_exact", "fp32", NULL};
 
-uint64_t qprep_intn(double *out, const double *x, size_t T, size_t D, StoreFormat f, int unrounded)
+void qprep_intn(StoreTensor *st, double *out, const double *x, size_t T, size_t D, StoreFormat f, int unrounded)
 {
-    StoreTensor st;
-    store_alloc(&st, f, T, D);
+    store_alloc(st, f, T, D);
     if (unrounded) {
-        double *exact = xmalloc(2 * st.n_groups * sizeof *exact);
-        store_quantize_intn_unrounded_f64(&st, x, exact);
-        store_dequantize_intn_unrounded_f64(out, &st, exact);
+        double *exact = xmalloc(2 * st->n_groups * sizeof *exact);
+        store_quantize_intn_unrounded_f64(st, x, exact);
+        store_dequantize_intn_unrounded_f64(out, st, exact);
         free(exact);
     } else {
-        store_quantize_f64(&st, x);
-        store_dequantize_f64(out, &st);
+        store_quantize_f64(st, x);
+        store_dequantize_f64(out, st);
     }
-    uint64_t b = store_bytes(&st);
-    store_free(&st);
-    return b;
+    (void)store_intn_to_int(st);
 }
 
 uint64_t qprep_bytes(const QPrep *q) { return 6u * (uint64_t)q->n_out; }
@@ -92,11 +90,9 @@ void qprep_free(QPrep *q)
     memset(q, 0, sizeof *q);
 }
 
-int qprep_no_decode(DecodeForm *f, const Experiment *ex)
+const char *qprep_no_decode(const Experiment *ex)
 {
-    if (!(exp_param_num(ex, "outliers") > 0)) return 0;
-    f->none = "its outlier records (dense-and-sparse) have no decode kernel";
-    return 1;
+    return exp_param_num(ex, "outliers") > 0 ? "its outlier records (dense-and-sparse) have no decode kernel" : NULL;
 }
 
 int qprep_check(const Experiment *ex, const Dims *d)

@@ -52,19 +52,21 @@ void qprep_finish(double *y, const QPrep *q);
 uint64_t qprep_bytes(const QPrep *q);
 void qprep_free(QPrep *q);   /* NULL-safe */
 
-/* Stores x (T, D) in the STORE_INTN format f, reads it back into out (T, D) and returns the bytes stored
- * (store_bytes). unrounded: the lesson's simplification (store_quantize_intn_unrounded_f64): the codes and the
- * read-back use the unrounded double scales and mins; the bytes are those of the same buffers. */
-uint64_t qprep_intn(double *out, const double *x, size_t T, size_t D, StoreFormat f, int unrounded);
+/* Stores x (T, D) into st (allocated) in the STORE_INTN format f and reads it back into out (T, D). unrounded:
+ * the lesson's simplification (store_quantize_intn_unrounded_f64): the codes and the read-back use the unrounded
+ * double scales and mins; the buffers hold those codes and the rounded parameters. Then st is re-expressed as
+ * int8/int4/int2 when its format is one of those byte for byte (store_intn_to_int), the form the decode path's
+ * row- and column-scaled kernels read; store_bytes(st) is the same either way. */
+void qprep_intn(StoreTensor *st, double *out, const double *x, size_t T, size_t D, StoreFormat f, int unrounded);
 
 /* scale_dtype choices of the integer quantizers: "fp16" (counted as FP16, applied unrounded: the lesson's
  * simplification), "fp16_exact" (rounded to FP16 and applied as stored), "fp32" (rounded to FP32, 4 bytes) */
 extern const char *const qprep_scale_choices[];
 enum { SCALE_FP16 = 0, SCALE_FP16_EXACT = 1, SCALE_FP32 = 2 };
 
-/* decode_form helper (methods.h DecodeForm): outlier records have no decode kernel, so a quantizer with
- * outliers > 0 is not timed: sets f->none and returns 1; else 0. */
-int qprep_no_decode(DecodeForm *f, const Experiment *ex);
+/* Outlier records have no decode kernel, so the stored form of a quantizer with outliers > 0 is not timed: the
+ * reason for MethodStored.none, or NULL without outliers. */
+const char *qprep_no_decode(const Experiment *ex);
 
 /* check() helper: "rotate" (when the method has it) needs a head dim that is a power of two. */
 int qprep_check(const Experiment *ex, const Dims *d);

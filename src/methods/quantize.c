@@ -11,6 +11,9 @@
  * simplification: the scales count as FP16 but the codes and K'/V' use the unrounded double scale;
  * "fp16_exact" and "fp32" round the scales (and mins) first and use them as stored. Options shared by the
  * quantizers (src/methods/qprep.h): rotate "hadamard", outliers p. Tensors it does not cover stay FP16.
+ * The stored tensors (Compressed.stored) are these STORE_INTN tensors of the rotated, dense part; the symmetric
+ * ones with one FP16 scale per row or column at 8/4/2 bits are kept as the int8/int4/int2 tensors they equal
+ * byte for byte (qprep_intn). With outliers the stored form is marked none (no decode kernel reads the records).
  */
 #include "methods/methods.h"
 #include "methods/qprep.h"
@@ -44,18 +47,24 @@ static int check(const Experiment *ex, const Dims *d)
     return 0;
 }
 
-/* out (T, D) = x quantized and read back; adds the bytes stored. */
-static int quantize_tensor(double *out, uint64_t *bytes, const double *x, const Experiment *ex, const MethodInput *in)
+/* The stored format of the covered tensors. */
+static StoreFormat format_of(const Experiment *ex)
+{
+    long sd = exp_param(ex, "scale_dtype");
+    return store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
+                             exp_param(ex, "axis") == AXIS_TOKEN ? STORE_AXIS_TOKEN : STORE_AXIS_CHANNEL,
+                             (size_t)exp_param(ex, "group_size"), sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16);
+}
+
+/* st = x as stored, out (T, D) = x quantized and read back; adds the bytes stored. */
+static int quantize_tensor(StoreTensor *st, double *out, uint64_t *bytes, const double *x, const Experiment *ex,
+                           const MethodInput *in)
 {
     size_t T = in->T, D = in->D;
-    long sd = exp_param(ex, "scale_dtype");
     QPrep q;
     if (qprep_init(&q, x, T, D, T, (int)exp_param(ex, "rotate"), exp_param_num(ex, "outliers"), in->seed)) return -1;
-    StoreFormat f = store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
-                                      exp_param(ex, "axis") == AXIS_TOKEN ? STORE_AXIS_TOKEN : STORE_AXIS_CHANNEL,
-                                      (size_t)exp_param(ex, "group_size"),
-                                      sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16);
-    *bytes += qprep_intn(out, q.x, T, D, f, sd == SCALE_FP16) + qprep_bytes(&q);
+    qprep_intn(st, out, q.x, T, D, format_of(ex), exp_param(ex, "scale_dtype") == SCALE_FP16);
+    *bytes += store_bytes(st) + qprep_bytes(&q);
     qprep_finish(out, &q);
     qprep_free(&q);
     return 0;
@@ -70,34 +79,20 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     memset(out, 0, sizeof *out);
     if (to == APPLY_K || to == APPLY_KV) {
         out->K = xmalloc(n * sizeof(double));
-        if (quantize_tensor(out->K, &out->bytes, in->K, ex, in)) return -1;
+        if (quantize_tensor(&out->stored.K, out->K, &out->bytes, in->K, ex, in)) return -1;
     } else {
-        out->bytes += fp16;
+        out->bytes += fp16;   /* stays FP16 (method_run stores it) */
     }
     if (in->V) {
         if (to == APPLY_V || to == APPLY_KV) {
             out->V = xmalloc(n * sizeof(double));
-            if (quantize_tensor(out->V, &out->bytes, in->V, ex, in)) return -1;
+            if (quantize_tensor(&out->stored.V, out->V, &out->bytes, in->V, ex, in)) return -1;
         } else {
             out->bytes += fp16;
         }
     }
+    if ((out->stored.none = qprep_no_decode(ex)) != NULL) method_stored_free(&out->stored);
     return 0;
-}
-
-/* The intN format it stores (src/eval/timing.c reads the symmetric whole-row / whole-column ones with the int8/4/2
- * kernels, the rest through the generic path). The Hadamard rotation of the query is not timed. */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)d;
-    (void)c;
-    if (qprep_no_decode(f, ex)) return;
-    long sd = exp_param(ex, "scale_dtype");
-    decode_form_set(f, exp_param(ex, "apply_to"),
-                    store_intn_format((int)exp_param(ex, "bits"), !exp_param(ex, "symmetric"),
-                                      exp_param(ex, "axis") == AXIS_TOKEN ? STORE_AXIS_TOKEN : STORE_AXIS_CHANNEL,
-                                      (size_t)exp_param(ex, "group_size"),
-                                      sd == SCALE_FP32 ? STORE_SCALE_F32 : STORE_SCALE_F16));
 }
 
 const MethodDesc method_quantize = {
@@ -109,5 +104,4 @@ const MethodDesc method_quantize = {
     .needs_query = 0,
     .check = check,
     .apply = apply,
-    .decode_form = decode_form,
 };

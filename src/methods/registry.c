@@ -144,9 +144,18 @@ int apply_to_check(const Experiment *ex, const Dims *d)
     return 0;
 }
 
+void method_stored_free(MethodStored *s)
+{
+    store_free(&s->K);
+    store_free(&s->V);
+    store_free(&s->Kr);
+    store_free(&s->Vr);
+}
+
 void compressed_free(Compressed *c)
 {
     if (!c) return;
+    method_stored_free(&c->stored);
     free(c->K);
     free(c->V);
     free(c->kept);
@@ -169,13 +178,54 @@ int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInp
     return ex->method->apply_layer(out, ex, in, 1);
 }
 
-void decode_form_set(DecodeForm *f, long apply_to, StoreFormat fmt)
+void method_store_f16(StoreTensor *st, const double *x, const size_t *rows, size_t n, size_t D)
 {
-    for (int v = 0; v < 2; v++) {
-        if (!(apply_to == APPLY_KV || apply_to == (v ? APPLY_V : APPLY_K))) continue;
-        StoreFormat *x = v ? &f->v : &f->k;
-        size_t rank = x->rank;
-        *x = fmt;
-        x->rank = rank;
+    StoreFormat f;
+    memset(&f, 0, sizeof f);
+    f.type = STORE_F16;
+    store_alloc(st, f, n, D);
+    if (!rows) {
+        store_quantize_f64(st, x);
+        return;
     }
+    double *y = xmalloc(n * D * sizeof *y);
+    for (size_t i = 0; i < n; i++) memcpy(y + i * D, x + rows[i] * D, D * sizeof *y);
+    store_quantize_f64(st, y);
+    free(y);
+}
+
+/* The FP16 tensors of the cache that the method left to the default: the exact rows the head keeps. */
+static void complete_stored(Compressed *c, const MethodInput *in)
+{
+    MethodStored *s = &c->stored;
+    if (s->none || s->reads_first) return;
+    for (int v = 0; v < 2; v++) {
+        const double *x = v ? in->V : in->K;
+        StoreTensor *st = v ? &s->V : &s->K;
+        if (!x || st->codes) continue;
+        size_t n = c->kept ? c->n_kept : in->T;
+        if (v ? c->V : c->K) {   /* rewritten without a stored tensor */
+            s->none = "the method has no stored form";
+            return;
+        }
+        if (n == 0) {
+            s->none = "the head keeps no tokens";
+            return;
+        }
+        method_store_f16(st, x, c->kept, n, in->D);
+    }
+}
+
+int method_run(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H, int stored)
+{
+    const MethodDesc *m = ex->method;
+    memset(out, 0, H * sizeof *out);
+    int rc = m->apply_layer ? m->apply_layer(out, ex, in, H) : 0;
+    for (size_t h = 0; !m->apply_layer && rc == 0 && h < H; h++) rc = m->apply(&out[h], ex, &in[h]);
+    if (rc) return -1;
+    for (size_t h = 0; h < H; h++) {
+        if (stored) complete_stored(&out[h], &in[h]);
+        else method_stored_free(&out[h].stored);
+    }
+    return 0;
 }

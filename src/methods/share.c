@@ -6,7 +6,9 @@
  *              of the group attends to the pooled head (its K'/V' are the pooled tensors). With a pre-RoPE cache
  *              the pre-RoPE keys are pooled and attention rotates the pooled keys.
  *              Bytes: the pooled head in FP16 (2 x T x D per tensor) once per group, split over the group's
- *              heads with method_split_bytes.
+ *              heads with method_split_bytes. Stored form: the pooled head's FP16 tensors, held by the group's
+ *              first head (MethodStored.share = group; the others read it: a decode step reads it once for every
+ *              query head of the group's KV heads).
  * This is a per-layer method (MethodDesc.apply_layer). In a pipeline it must be the first step (pipeline.c).
  */
 #include "methods/share.h"
@@ -66,19 +68,15 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
                 memcpy(c->V, V, n * sizeof *V);
             }
             c->bytes = method_split_bytes(stored, g, k);
+            c->stored.share = g;   /* the pooled head in FP16, held by the group's first head */
+            c->stored.reads_first = k > 0;
+            if (k == 0) method_store_f16(&c->stored.K, K, NULL, T, D);
+            if (k == 0 && V) method_store_f16(&c->stored.V, V, NULL, T, D);
         }
         free(K);
         free(V);
     }
     return 0;
-}
-
-/* One FP16 head per group: the decode step reads it once for every query head of the group's KV heads. */
-static void decode_form(DecodeForm *f, const Experiment *ex, const Dims *d, const Compressed *c)
-{
-    (void)d;
-    (void)c;
-    f->share *= (size_t)exp_param(ex, "group");
 }
 
 const MethodDesc method_share_heads = {
@@ -90,5 +88,4 @@ const MethodDesc method_share_heads = {
     .check = check,
     .apply = method_apply_one_head,
     .apply_layer = apply_layer,
-    .decode_form = decode_form,
 };

@@ -11,9 +11,11 @@
  * Formats (per stored element unless said otherwise; every multi-byte value is little-endian):
  *   f32    IEEE binary32, 4 bytes.
  *   f16    IEEE binary16, round to nearest even from the exact input (float or double, one rounding);
- *          |x| >= 65520 gives +-inf, subnormals are kept, NaN gives sign|0x7E00.
+ *          |x| >= 65520 gives +-inf, subnormals are kept, NaN gives sign|0x7E00 (src/base/half.h, the one
+ *          implementation of the 16-bit conversions).
  *   bf16   bfloat16, round to nearest even (overflow carries to +-inf, subnormals kept); NaN gives
- *          sign|0x7FC0. For float input this is ggml's ((bits + 0x7FFF + lsb) >> 16).
+ *          sign|0x7FC0 (float input: the payload's top bits with the quiet bit). For float input this is
+ *          ggml's ((bits + 0x7FFF + lsb) >> 16) (src/base/half.h).
  *   e4m3   OCP FP8 E4M3FN: bias 7, max 448 (0x7E), S.1111.111 is NaN, no infinity.
  *   e5m2   FP8 E5M2: bias 15, max 57344 (0x7B), 0x7C inf, 0x7D-0x7F NaN.
  *          FP8 encoding: the input widened to double is rounded once to nearest even, the sign is kept
@@ -76,12 +78,29 @@
  * idempotent). No function prints. Bad shapes or names return -1 with kvc_fail set; a broken invariant
  * (quantizing into an unallocated tensor) is an assert.
  *
- * Hook for the method library: a method that knows its stored form fills a StoreTensor per head
- * (store_alloc + store_quantize_* or writing the codes itself), reports store_bytes, and reconstructs its
- * K'/V' with store_dequantize_f64; src/decode/decode.h takes arrays of such tensors for a timed step.
+ * The type table (store_type_traits, in the spirit of ggml's type_traits): one row per StoreType with its
+ * name, code bits, block size and bytes, layout (where its scales live), and the three functions every generic
+ * entry point goes through: the scale pass over the whole input, quantize_row and to_float_row. store_type_name,
+ * store_type_bits, store_row_bytes, store_check, store_alloc, store_format_parse (and its messages),
+ * store_quantize_* and store_dequantize_* read the table instead of switching on the type. Adding a format: a
+ * StoreType value (before STORE_NTYPES), its row in store.c's table with its functions (a block type: its block
+ * struct above too), its definition in the list above, and its checks in tests/test_store.c (and an oracle in
+ * tests/test_store.py); it is then parsed, allocated, quantized, read back and counted everywhere, and decoded
+ * (src/decode/decode.h) through tiles of to_float_row until src/decode/ has a fused kernel for it: decode keeps
+ * its own per-type kernel table indexed by StoreType beside this one (as ggml-cpu's type_traits_cpu sits beside
+ * ggml's type_traits) and may pick a kernel family by the row's layout.
+ *
+ * Hook for the method library: a method fills a StoreTensor per head and tensor with exactly what it stores
+ * (store_alloc + store_quantize_*, store_quantize_intn_unrounded_f64 or writing the codes itself), counts
+ * store_bytes, reconstructs its K'/V' with store_dequantize_f64, and returns the tensors with its result
+ * (src/methods/methods.h MethodStored); kvc run times a decode step over those very tensors (src/eval/timing.h,
+ * src/decode/decode.h). store_intn_to_int and store_set_lowrank_f64 re-express a stored tensor without
+ * touching its codes.
  */
 #ifndef KVC_STORE_H
 #define KVC_STORE_H
+
+#include "base/half.h"
 
 #include <assert.h>
 #include <stddef.h>
@@ -177,12 +196,49 @@ typedef struct StoreTensor {
     size_t param_bytes;
 } StoreTensor;
 
+/* Where a type's scales live: what a reader of the bytes (a decode kernel) must know besides the code bits. */
+typedef enum StoreLayout {
+    STORE_LAYOUT_PLAIN,    /* one code per element, the value itself, no scales: f32 f16 bf16 e4m3 e5m2 */
+    STORE_LAYOUT_SCALED,   /* integer codes packed in the row, times one FP16 scale per token row (axis token) or
+                              per stored column (axis channel) kept in StoreTensor.scales: int8 int4 int2 */
+    STORE_LAYOUT_BLOCK,    /* blocks of block_size elements along the row, each with its scale (and min) inside
+                              the block: the ggml types */
+    STORE_LAYOUT_STREAM,   /* the tensor's codes in one bit stream, the group scales (and mins) in
+                              StoreTensor.params: intN; rows are not addressable in general */
+} StoreLayout;
+
+/* One row of the type table. Rows of a token are row_bytes = block_size > 1 ? W / block_size * block_bytes :
+ * ceil(W * bits / 8) bytes (STORE_LAYOUT_STREAM: see intN above). The functions take the whole input x (T, W)
+ * row-major in double (xd) or float (xf), exactly one of them set, or its row t (W values). */
+typedef struct StoreTypeTraits {
+    const char *name;        /* store_type_name */
+    const char *alias;       /* a second name store_format_parse reads ("fp8" for e4m3), or NULL */
+    int parsed;              /* 1: store_format_parse reads the name (0: intN, whose fields the methods set) */
+    int bits;                /* bits of one code, scales not included; 0: per tensor (intN: fmt.bits) */
+    size_t block_size;       /* elements per block along a row: 32 for the ggml types (rows hold whole blocks,
+                                W % 32 == 0), 1 for the others */
+    size_t block_bytes;      /* bytes of one block (its codes and scales) when block_size > 1; else 0 */
+    StoreLayout layout;      /* per-group scales: every layout but STORE_LAYOUT_PLAIN */
+    int f32_rows;            /* 1: quantize_row computes in float32 (ggml's definition): the generic entry points
+                                round double input to float32 first and pass xf */
+    /* The scale pass before the rows, over the whole input: writes the group scales (and mins) into st.
+     * NULL: every row stands alone. */
+    void (*scales)(StoreTensor *st, const double *xd, const float *xf);
+    /* Row t (xd or xf: its W values) into st's codes, against the scales the scale pass wrote. The codes of
+     * the row are zero before the call. */
+    void (*quantize_row)(StoreTensor *st, size_t t, const double *xd, const float *xf);
+    /* y (W) = stored row t as it reads back, in natural column order, without the low-rank basis. */
+    void (*to_float_row)(float *y, const StoreTensor *st, size_t t);
+} StoreTypeTraits;
+
+/* The table row of type t; NULL for an invalid type. */
+const StoreTypeTraits *store_type_traits(StoreType t);
 /* Name of a type ("f16", "int4", "q8_0", ...); NULL for an invalid type. */
 const char *store_type_name(StoreType t);
 /* Bits of one stored code (32, 16, 8, 4, 2; q8_0 8, q4_0 4, q4_1 4, q5_* 5, iq4_nl 4; intN 0: see fmt.bits),
  * block and group scales not included. */
 int store_type_bits(StoreType t);
-int store_type_is_int(StoreType t);   /* int8 / int4 / int2: has FP16 group scales */
+int store_type_is_int(StoreType t);   /* int8 / int4 / int2 (STORE_LAYOUT_SCALED): FP16 scales per row or column */
 
 /* Parses one tensor format: TYPE[ch] or lrR[:TYPE[ch]]:
  *   f32 f16 bf16 e4m3 (alias fp8) e5m2 int8 int4 int2 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl (not intN); an int
@@ -224,13 +280,14 @@ void store_dequantize_rows_f32(float *x, const StoreTensor *st, size_t t0, size_
 /* Bytes the tensor occupies, computed from its buffers: T*row_bytes + 2*n_scales + 2*rank*D. */
 uint64_t store_bytes(const StoreTensor *st);
 
-/* Element conversions (exact round to nearest even, see above). Codes are the raw bit patterns. */
-uint16_t store_f16_from_f64(double x);
-uint16_t store_f16_from_f32(float x);     /* same result as store_f16_from_f64((double)x), faster */
-float store_f16_to_f32(uint16_t h);
-uint16_t store_bf16_from_f64(double x);
-uint16_t store_bf16_from_f32(float x);
-float store_bf16_to_f32(uint16_t h);
+/* Element conversions (exact round to nearest even, see above). Codes are the raw bit patterns. The 16-bit
+ * ones are src/base/half.h's, under the names the store's callers use. */
+static inline uint16_t store_f16_from_f64(double x) { return half_from_double(x); }
+static inline uint16_t store_f16_from_f32(float x) { return half_from_float(x); }  /* = store_f16_from_f64(x) */
+static inline float store_f16_to_f32(uint16_t h) { return half_to_float(h); }
+static inline uint16_t store_bf16_from_f64(double x) { return bf16_from_double(x); }
+static inline uint16_t store_bf16_from_f32(float x) { return bf16_from_float(x); }
+static inline float store_bf16_to_f32(uint16_t h) { return bf16_to_float(h); }
 uint8_t store_e4m3_from_f64(double x);
 uint8_t store_e5m2_from_f64(double x);
 float store_e4m3_to_f32(uint8_t c);
@@ -252,7 +309,24 @@ StoreFormat store_intn_format(int bits, int asym, StoreAxis axis, size_t group, 
 void store_quantize_intn_unrounded_f64(StoreTensor *st, const double *x, double *exact);
 /* x (T, W) = the codes of st read with the parameters `exact` of store_quantize_intn_unrounded_f64. */
 void store_dequantize_intn_unrounded_f64(double *x, const StoreTensor *st, const double *exact);
-/* A name for a type valid in any StoreFormat ("q4_1", "intN", ...), or NULL; for the tests' helpers. */
+/* A name for a type valid in any StoreFormat ("q4_1", "intN", ...): sets *t and returns 0, or returns -1; for the
+ * tests' helpers. */
 int store_type_from_name(StoreType *t, const char *name);
+
+/* STORE_INTN formats that are int8 / int4 / int2 byte for byte: symmetric, FP16 scales, 8, 4 or 2 bits,
+ * W * bits % 8 == 0 (rows start on a byte), one group per token row (axis token, group 0 or >= W) or per column
+ * (axis channel, group 0 or >= T). Returns that format (type int8/int4/int2, the same axis and rank); any other
+ * format is returned as it is. */
+StoreFormat store_intn_int_format(StoreFormat f, size_t T, size_t W);
+/* When st is a STORE_INTN tensor whose format store_intn_int_format turns into an int type, rewrites st in place
+ * as that type: the same codes (int8: code + 128 becomes the code's two's-complement byte; int4 and int2 rows
+ * are the same bytes) and its group scales as StoreTensor.scales. store_bytes and every value read back stay
+ * the same. Returns 1 when st was rewritten, 0 when it is left as it was. */
+int store_intn_to_int(StoreTensor *st);
+/* Makes the stored rows of st (T, W) the coefficients of a rank-W tensor (T, D): fmt.rank = W, the basis B
+ * (W, D) rounded to FP16 (replacing the basis st had when it was low rank already). The codes and scales stay.
+ * Returns 0, or -1 with kvc_fail("<what>: ...") set when the format cannot store that (store_check: an intN
+ * tensor, W > D); st is unchanged then. */
+int store_set_lowrank_f64(StoreTensor *st, size_t D, const double *B, const char *what);
 
 #endif
