@@ -33,6 +33,9 @@ typedef struct ResultFile {
     size_t n;
     size_t complete;     /* bytes up to the end of the last complete line */
     size_t torn;         /* bytes of a torn last line after `complete` (0: none) */
+    size_t torn_line;    /* its line number */
+    char *torn_label;    /* the label the torn line begins with, decoded as far as it goes (NULL: none) */
+    int torn_label_whole;/* that label cell is complete (the torn line goes on after it) */
 } ResultFile;
 
 /* The format a file name asks for: .csv, .jsonl or .ndjson, .txt (table). Returns 0, or -1 for any other
@@ -51,8 +54,7 @@ int results_read_fd(int fd, const char *name, char **text, size_t *len);
 /* The CSV header line this kvc writes, with or without --per-head, '\n' included (caller frees). */
 char *results_csv_header(int per_head);
 
-/* Replaces `path` with buf[0..n) whole: a temporary file next to it, fsync, rename. Readers see the old
- * file or the new one, never half. Returns 0, or -1 with kvc_fail (the temporary file is removed). */
-int results_write_atomic(const char *path, const char *buf, size_t n);
+/* Writes buf[0..n) to fd whole (retrying short writes). 0, or -1 with kvc_fail("<name>: write error (got ...)"). */
+int results_write_all(int fd, const char *name, const char *buf, size_t n);
 
 #endif
