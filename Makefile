@@ -84,7 +84,7 @@ testbin: $(BIN) $(TESTBIN)
 # make fuzz: libFuzzer targets (clang, ASan+UBSan) in build-fuzz/, each run for FUZZ_SECONDS; see tests/fuzz/README.md.
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := config npy safetensors
+FUZZ_TARGETS := config npy safetensors results
 fuzz:
 	$(MAKE) --no-print-directory CC=$(FUZZ_CC) BUILD=build-fuzz BIN=build-fuzz/kvc \
 	    XCFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
