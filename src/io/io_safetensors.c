@@ -447,7 +447,7 @@ int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t 
         return -1;
     }
     if (fwrite(len8, 1, 8, o.f) != 8 || fwrite(hdr, 1, len, o.f) != len) {
-        kvc_fail("%s: write failed (%s)", path, strerror(errno));
+        kvc_fail("%s: write failed (got %s)", path, strerror(errno));
         free(hdr);
         tensorio_abort(&o);
         return -1;

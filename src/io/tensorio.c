@@ -260,7 +260,7 @@ int tensorio_create(TensorioOut *o, const char *path)
             int e = errno;
             free(o->tmp);
             o->tmp = NULL;
-            return kvc_fail("%s: cannot create a file beside it (%s)", path, strerror(e));
+            return kvc_fail("%s: cannot create a file beside it (got %s)", path, strerror(e));
         }
     }
     fileio_cleanup_add(o->tmp, 0);   /* removed on SIGINT, SIGTERM, SIGHUP */
@@ -272,7 +272,7 @@ int tensorio_create(TensorioOut *o, const char *path)
         fileio_cleanup_remove(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
-        return kvc_fail("%s: cannot open for writing (%s)", path, strerror(e));
+        return kvc_fail("%s: cannot open for writing (got %s)", path, strerror(e));
     }
     return 0;
 }
@@ -303,7 +303,7 @@ int tensorio_commit(TensorioOut *o)
     if (e) {
         free(o->tmp);
         o->tmp = NULL;
-        return kvc_fail("%s: write failed (%s)", o->path, strerror(e));
+        return kvc_fail("%s: write failed (got %s)", o->path, strerror(e));
     }
     free(o->tmp);
     o->tmp = NULL;
@@ -340,7 +340,7 @@ int tensorio_write_values(FILE *f, const Tensor *t, TensorDtype dt, const char *
         if (fwrite(buf, is, m, f) != m) {
             int e = errno;
             free(buf);
-            return kvc_fail("%s: write failed (%s)", where, strerror(e));
+            return kvc_fail("%s: write failed (got %s)", where, strerror(e));
         }
         done += m;
     }
