@@ -4,11 +4,20 @@
  * A file is accepted only as kvc writes it: CSV with exactly this kvc's header line and one record per row
  * (RFC 4180; a quoted label may hold commas, quotes and newlines) whose last field is the id; JSONL with one
  * object per line whose keys are, in order, label, method, params, (layer, head with --per-head,) every
- * column, id. Anything else in a complete line is an error naming the file and line.
+ * column, id. Every cell is checked: method a registered name (unquoted in CSV), layer and head integers
+ * 0..4095, the counts (bytes, baseline_bytes, decode_ns) non-negative integers up to 2^53, the other columns
+ * empty (JSONL null) or a finite number spelled exactly as kvc prints it (fmt_double: "0.5", never "0.50",
+ * "5e-1", "nan" or "1e999"), JSONL values of the right type (a string "192" is not a number), params a strict
+ * JSON object with finite numbers, the id 16 lowercase hex digits. Anything else in a complete line is an
+ * error naming the file, the line and (for a cell) the column: "<name>:<line>: column 8 (bytes): ...".
  *
  * A torn last line (the file does not end with the newline that closes a record: a write cut short by a
- * kill, a full disk or a crash) is not an error here: it is reported in `torn` and left out of `rows`, and
- * the caller decides (--resume truncates it away; merge refuses the file).
+ * kill, a full disk or a crash) is not an error here when it is the beginning of a row kvc writes (every
+ * cell so far valid, the last one a valid prefix), possibly followed by NUL bytes (a crash can leave them):
+ * it is reported in `torn` (with its label so far, torn_label) and left out of `rows`, and the caller decides
+ * (--resume truncates it away if the label fits the config; merge refuses the file). A last line that is not
+ * the beginning of a kvc row, a CSV file that does not begin with kvc's header (or a prefix of it) and a
+ * file of NUL bytes only are errors: kvc never drops what it did not write.
  */
 #ifndef KVC_RESULTS_H
 #define KVC_RESULTS_H
