@@ -42,6 +42,7 @@ test_results.sh
 test_sweep.sh
 test_bad_input.py
 test_cli.py
+test_faults.py
 test_config_once.py
 test_determinism.py
 test_differential.py

@@ -203,6 +203,7 @@ def prepare(c, d):
         if pos:
             subst["pos"] = pos
     for name, content in c.get("write", {}).items():   # extra input files (e.g. results files for kvc merge)
+        os.makedirs(os.path.dirname(expand(name, subst)), exist_ok=True)   # "{tmp}/d/x" makes the directory d too
         with open(expand(name, subst), "wb") as fh:
             fh.write(expand(content, subst).encode("utf-8"))
     if c.get("untouched"):         # an existing output file a rejected run must leave alone

@@ -1,7 +1,7 @@
 /* test_fuzz_regress: replays the fuzz corpora without libFuzzer, so every crasher ever found stays fixed.
  *
  * Without arguments (as tests/run.sh runs it): feeds every file under tests/fuzz/<target>/corpus/ and
- * tests/fuzz/<target>/crashers/ (target: config, npy, safetensors) through the same function the fuzzer
+ * tests/fuzz/<target>/crashers/ (target: config, npy, safetensors, results) through the same function the fuzzer
  * calls (tests/fuzz/fuzz_targets.c). That function aborts on a property violation; under `make sanitize`
  * ASan and UBSan check each input as the fuzzer did. Prints "PASS fuzz-<target>-corpus (N files)" and one
  * "PASS fuzz-<target>-crasher-<file>" per crasher. A missing directory counts as empty.
@@ -52,6 +52,7 @@ static Target find_target(const char *name)
     if (strcmp(name, "config") == 0) return fuzz_config;
     if (strcmp(name, "npy") == 0) return fuzz_npy;
     if (strcmp(name, "safetensors") == 0) return fuzz_safetensors;
+    if (strcmp(name, "results") == 0) return fuzz_results;
     return NULL;
 }
 
@@ -134,9 +135,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_fuzz_regress [--run TARGET FILE | --read FILE [NAME]]\n");
         return EXIT_USAGE;
     }
-    static const char *const targets[] = {"config", "npy", "safetensors"};
+    static const char *const targets[] = {"config", "npy", "safetensors", "results"};
     int failed = 0;
-    for (size_t k = 0; k < 3; k++) {
+    for (size_t k = 0; k < sizeof targets / sizeof targets[0]; k++) {
         char dir[256];
         Target fn = find_target(targets[k]);
         snprintf(dir, sizeof dir, "tests/fuzz/%s/corpus", targets[k]);

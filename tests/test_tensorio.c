@@ -542,17 +542,35 @@ static void test_st_ok(void)
     put_le(&b, 0x3f80, 2), put_le(&b, 0xc000, 2), put_le(&b, 0x0001, 2), put_le(&b, 0x7f7f, 2);
     st_case_ok("st_bf16", &b, NULL, 2, s22, bf4);
 
-    /* Several tensors, unordered and overlapping offsets, an integer tensor never read, a gap. */
-    const char *multi = "{\"v\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[8,24]},"
+    /* Several tensors listed out of order, an integer tensor never read: the buffer is their data back to back. */
+    const char *multi = "{\"v\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[16,32]},"
                         "\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},"
                         "\"ids\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[32,40]}}";
-    const double kk[2] = {1, 2}, vv[2] = {2, 3};
+    const double kk[2] = {1, 2}, vv[2] = {3, 4};
     st_head(&b, multi);
     for (int i = 1; i <= 5; i++) put_f64(&b, i);
     st_case_ok("st_choose_k", &b, "k", 1, s2, kk);
     st_head(&b, multi);
     for (int i = 1; i <= 5; i++) put_f64(&b, i);
-    st_case_ok("st_choose_v_overlapping", &b, "v", 1, s2, vv);
+    st_case_ok("st_choose_v_unordered", &b, "v", 1, s2, vv);
+    /* the format forbids overlaps, holes and unindexed bytes (once allowed here): each names the tensors */
+    st_head(&b, "{\"v\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[8,24]},"
+                "\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}");
+    for (int i = 1; i <= 3; i++) put_f64(&b, i);
+    st_case_fail("st_overlapping_offsets", &b, "k", "tensors \"k\" and \"v\" overlap");
+    st_head(&b, "{\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+                "\"ids\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[24,32]}}");
+    for (int i = 1; i <= 4; i++) put_f64(&b, i);
+    st_case_fail("st_hole_between_tensors", &b, "k", "8 bytes between tensors \"k\" and \"ids\"");
+    st_head(&b, "{\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[8,24]}}");
+    for (int i = 1; i <= 3; i++) put_f64(&b, i);
+    st_case_fail("st_hole_before_first", &b, NULL, "8 bytes of the data buffer before tensor \"k\"");
+    st_head(&b, "{\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}");
+    for (int i = 1; i <= 3; i++) put_f64(&b, i);
+    st_case_fail("st_unindexed_trailing_bytes", &b, NULL, "8 bytes at the end of the data buffer, after tensor \"k\"");
+    st_head(&b, "{\"k\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},\"x\":5}");
+    for (int i = 1; i <= 2; i++) put_f64(&b, i);
+    st_case_fail("st_other_entry_without_offsets", &b, "k", "tensor \"x\": entry must be an object");
 
     size_t s1111[4] = {1, 1, 1, 1};
     st_head(&b, "{\"x\":{\"data_offsets\":[0,8],\"shape\":[1,1,1,1],\"dtype\":\"F64\"}}\n\t ");

@@ -2,6 +2,7 @@
 #include "data/load.h"
 #include "io/io_npy.h"
 #include "io/io_safetensors.h"
+#include "io/dirwrite.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -103,13 +104,12 @@ static void outlier_json(FILE *f, const unsigned char *mask, size_t L, size_t D)
 
 int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg)
 {
-    struct stat st;
-    if (!dir[0]) return kvc_fail("synth: -o: the directory name is empty (got \"\")");
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) return kvc_fail("%s: -o: not a directory (got a file)", dir);
-    } else if (errno != ENOENT || mkdir(dir, 0777) != 0) {
-        return kvc_fail("%s: -o: cannot create the output directory (got %s)", dir, strerror(errno));
-    }
+    /* every file goes to a temporary directory inside DIR first, then all are moved in (io/dirwrite.h) */
+    static const char *const set[] = {"keys.npy", "values.npy", "queries.npy", "observe.npy", "cache.safetensors",
+                                      "files.json"};
+    DirWrite w;
+    if (dirwrite_begin(&w, dir, set, sizeof set / sizeof set[0])) return -1;
+    dir = w.tmp;
 
     const double *src[CONFIG_N_FILES] = {d->K, d->V, d->Q, d->O};
     size_t second[CONFIG_N_FILES] = {d->H, d->H, d->Hq, d->Hq}, third[CONFIG_N_FILES] = {d->T, d->T, d->N, d->W};
@@ -180,5 +180,5 @@ int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg)
     }
     free(json);
     free(djson);
-    return rc;
+    return dirwrite_end(&w, rc);
 }

@@ -27,7 +27,8 @@ typedef enum { SAVE_NPY, SAVE_SAFETENSORS } SaveFormat;
  * (L, Hq, W, D)) or one cache.safetensors (F64, tensors "keys", "values", "queries", "observe"), then
  * files.json: the config as parsed (after its --set values, config_files_json) with its data block replaced by
  * one that loads these files (plus data.rope for pre-RoPE keys and data.outlier_channels for declared
- * outliers), seed, metrics and experiments kept. Every file is written to a temporary and renamed.
+ * outliers), seed, metrics and experiments kept. Every file is written into a temporary directory inside dir and
+ * the set is moved in at the end, files.json last (io/dirwrite.h): a failure never leaves dir mixing two data sets.
  * Returns 0, -1 with kvc_fail set for bad input (the directory cannot be created: exit 2), or 1 with
  * kvc_fail set when writing failed (exit 1). */
 int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg);

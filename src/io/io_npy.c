@@ -390,7 +390,7 @@ int npy_write(const char *path, const Tensor *t)
     TensorioOut o;
     if (tensorio_create(&o, path) < 0) return -1;
     if (fwrite(pre, 1, 10 + hlen + pad, o.f) != 10 + hlen + pad) {
-        kvc_fail("%s: write failed (%s)", path, strerror(errno));
+        kvc_fail("%s: write failed (got %s)", path, strerror(errno));
         tensorio_abort(&o);
         return -1;
     }

@@ -67,9 +67,87 @@ static void list_names(char *buf, size_t cap, const char *const *names, size_t n
     if (*nearest && best > 3) *nearest = NULL;
 }
 
-/* The chosen entry: its shape into out->ndim, out->shape, checked against its offsets; then its values, or
- * with header_only != NULL only the max_values limit, storing the dtype in *header_only. */
-static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, uint64_t data_start,
+/* The data_offsets [begin, end] of tensor entry e, checked on their own: integers, begin <= end <= data_len. */
+static int entry_offsets(const char *where, const cJSON *e, uint64_t data_len, size_t *begin, size_t *end)
+{
+    const char *name = e->string;
+    const cJSON *offsets = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "data_offsets") : NULL;
+    char got[128];
+    describe(got, sizeof got, offsets);
+    if (!offsets) {
+        describe(got, sizeof got, e);
+        return kvc_fail("%s: tensor \"%s\": entry must be an object with dtype, shape and data_offsets (got %s)",
+                        where, name, got);
+    }
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || get_uint(offsets->child, begin) < 0 ||
+        get_uint(offsets->child->next, end) < 0)
+        return kvc_fail("%s: tensor \"%s\": data_offsets must be [begin, end], integers 0..2^53 (got %s)", where,
+                        name, got);
+    if (*begin > *end)
+        return kvc_fail("%s: tensor \"%s\": data_offsets begin after they end (got %s)", where, name, got);
+    if (*end > data_len)
+        return kvc_fail("%s: tensor \"%s\": data_offsets run past the end of the data buffer, which holds %llu bytes "
+                        "(got %s)", where, name, (unsigned long long)data_len, got);
+    return 0;
+}
+
+typedef struct Span {
+    size_t begin, end;
+    const char *name;
+} Span;
+
+static int by_offsets(const void *a, const void *b)
+{
+    const Span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* The data buffer is the tensors' data, back to back: sorted by offsets, each tensor begins where the one
+ * before ends, the first at 0 and the last ends at the buffer's end (the format's rule; the reference
+ * implementation refuses the rest too). Overlaps, holes and bytes no tensor indexes are refused, naming the
+ * tensors. Every tensor's data_offsets are checked here, also those of tensors kvc does not read. */
+static int check_layout(const char *where, const cJSON *root, uint64_t data_len)
+{
+    size_t n = 0, at = 0;
+    for (const cJSON *it = root->child; it; it = it->next) n += strcmp(it->string, "__metadata__") != 0;
+    Span *sp = xmalloc(n * sizeof *sp);
+    int rc = 0;
+    n = 0;
+    for (const cJSON *it = root->child; it && rc == 0; it = it->next) {
+        if (!strcmp(it->string, "__metadata__")) continue;
+        sp[n].name = it->string;
+        rc = entry_offsets(where, it, data_len, &sp[n].begin, &sp[n].end);
+        n++;
+    }
+    if (rc == 0) qsort(sp, n, sizeof *sp, by_offsets);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        if (sp[k].begin < at)
+            rc = kvc_fail("%s: tensors \"%s\" and \"%s\" overlap in the data buffer; the format forbids it (got "
+                          "[%zu, %zu] and [%zu, %zu])", where, sp[k - 1].name, sp[k].name, sp[k - 1].begin,
+                          sp[k - 1].end, sp[k].begin, sp[k].end);
+        else if (sp[k].begin > at && k == 0)
+            rc = kvc_fail("%s: %zu bytes of the data buffer before tensor \"%s\" belong to no tensor; the format "
+                          "forbids holes (got data_offsets [%zu, %zu])", where, sp[k].begin, sp[k].name, sp[k].begin,
+                          sp[k].end);
+        else if (sp[k].begin > at)
+            rc = kvc_fail("%s: %zu bytes between tensors \"%s\" and \"%s\" belong to no tensor; the format forbids "
+                          "holes (got [%zu, %zu] and [%zu, %zu])", where, sp[k].begin - at, sp[k - 1].name, sp[k].name,
+                          sp[k - 1].begin, sp[k - 1].end, sp[k].begin, sp[k].end);
+        at = sp[k].end;
+    }
+    if (rc == 0 && at != data_len)
+        rc = kvc_fail("%s: %llu bytes at the end of the data buffer, after tensor \"%s\", belong to no tensor; the "
+                      "format forbids them (got a buffer of %llu bytes, indexed up to %zu)", where,
+                      (unsigned long long)(data_len - at), n ? sp[n - 1].name : "", (unsigned long long)data_len, at);
+    free(sp);
+    return rc;
+}
+
+/* The chosen entry: its shape into out->ndim, out->shape, checked against its offsets, and the layout of the whole
+ * buffer (check_layout); then its values, or with header_only != NULL only the max_values limit, storing the dtype
+ * in *header_only. */
+static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, const cJSON *root, uint64_t data_start,
                       uint64_t data_len, size_t max_values, TensorDtype *header_only)
 {
     const char *name = e->string;
@@ -140,6 +218,7 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, u
         return kvc_fail("%s: tensor \"%s\": size mismatch: shape %s of %s = %zu values needs %zu bytes but "
                         "data_offsets span %zu (got %s)", where, name, s, ds, count, bytes, end - begin, got);
     }
+    if (check_layout(where, root, data_len) < 0) return -1;
     if (header_only) {
         *header_only = dt;
         return tensorio_check_count(out->shape, out->ndim, tw, max_values);
@@ -261,7 +340,7 @@ static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const
             kvc_fail("%s: no tensor named \"%s\" (got \"%s\"; available: %s)", where, name, name, list);
         goto done;
     }
-    rc = read_entry(out, f, where, chosen, 8 + n, size - 8 - n, max_values, header_only);
+    rc = read_entry(out, f, where, chosen, root, 8 + n, size - 8 - n, max_values, header_only);
 done:
     free(names);
     cJSON_Delete(root);
@@ -390,7 +469,7 @@ int safetensors_write(const char *path, const SafetensorsEntry *entries, size_t 
         return -1;
     }
     if (fwrite(len8, 1, 8, o.f) != 8 || fwrite(hdr, 1, len, o.f) != len) {
-        kvc_fail("%s: write failed (%s)", path, strerror(errno));
+        kvc_fail("%s: write failed (got %s)", path, strerror(errno));
         free(hdr);
         tensorio_abort(&o);
         return -1;

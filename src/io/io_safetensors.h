@@ -8,9 +8,12 @@
  * C order. Checks, for the tensor chosen: N within the file and at most 100,000,000 (the format's own
  * limit); valid JSON without NUL bytes; unique tensor names; shape of 1 to 4 integers (each 0..2^53);
  * begin <= end <= buffer size; end - begin == product(shape) * itemsize (overflow-checked); every value
- * finite (the first NaN/Inf is an error naming its flat index). Tensors other than the chosen one are not
- * validated beyond their names (a file may hold integer tensors kvc never reads); offsets of different
- * tensors may overlap, be unordered or leave gaps.
+ * finite (the first NaN/Inf is an error naming its flat index). The data buffer must be exactly the tensors'
+ * data: sorted by data_offsets, every tensor begins where the previous one ends, the first at 0, the last at
+ * the end of the file; overlapping offsets, holes between tensors and bytes after the last one are refused,
+ * naming the tensors (the format's rule, as the reference implementation checks it). For that every tensor's
+ * data_offsets are checked; tensors other than the chosen one are not validated beyond their names and
+ * offsets (a file may hold integer tensors kvc never reads). Entries may be listed in any order.
  *
  * Choosing: name != NULL takes that tensor (unknown names are an error listing the available ones and the
  * nearest); name == NULL takes the only tensor and is an error (listing them) when there are several.

@@ -7,6 +7,7 @@
 #include "base/half.h"
 #include "io/io_npy.h"
 #include "io/io_safetensors.h"
+#include "base/fileio.h"
 #include "base/util.h"
 
 #include <assert.h>
@@ -98,21 +99,21 @@ size_t tensorio_dtype_size(TensorDtype dt)
 int tensorio_open(FILE **f, uint64_t *size, const char *path)
 {
     struct stat st;
+    int fd;
     *f = NULL;
     if (!path[0]) return kvc_fail("\"\": cannot open: the file name is empty (got \"\")");
-    *f = fopen(path, "rb");
-    if (!*f) return kvc_fail("%s: cannot open (got %s)", path, strerror(errno));
-    if (fstat(fileno(*f), &st) != 0) {
+    /* non-blocking open, fstat, regular files only: a FIFO is refused instead of waiting for a writer */
+    if (fileio_open_regular(path, &fd) < 0) return -1;
+    if (fstat(fd, &st) != 0 || st.st_size < 0) {
         int e = errno;
-        fclose(*f);
-        *f = NULL;
+        close(fd);
         return kvc_fail("%s: cannot stat (got %s)", path, strerror(e));
     }
-    if (!S_ISREG(st.st_mode) || st.st_size < 0) {
-        int dir = S_ISDIR(st.st_mode);
-        fclose(*f);
-        *f = NULL;
-        return kvc_fail("%s: not a regular file (got %s)", path, dir ? "a directory" : "a device, pipe or socket");
+    *f = fdopen(fd, "rb");
+    if (!*f) {
+        int e = errno;
+        close(fd);
+        return kvc_fail("%s: cannot open (got %s)", path, strerror(e));
     }
     *size = (uint64_t)st.st_size;
     return 0;
@@ -287,17 +288,19 @@ int tensorio_create(TensorioOut *o, const char *path)
             int e = errno;
             free(o->tmp);
             o->tmp = NULL;
-            return kvc_fail("%s: cannot create a file beside it (%s)", path, strerror(e));
+            return kvc_fail("%s: cannot create a file beside it (got %s)", path, strerror(e));
         }
     }
+    fileio_cleanup_add(o->tmp, 0);   /* removed on SIGINT, SIGTERM, SIGHUP */
     o->f = fdopen(fd, "wb");
     if (!o->f) {
         int e = errno;
         close(fd);
         unlink(o->tmp);
+        fileio_cleanup_remove(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
-        return kvc_fail("%s: cannot open for writing (%s)", path, strerror(e));
+        return kvc_fail("%s: cannot open for writing (got %s)", path, strerror(e));
     }
     return 0;
 }
@@ -307,6 +310,7 @@ void tensorio_abort(TensorioOut *o)
     if (o->f) fclose(o->f);
     if (o->tmp) {
         unlink(o->tmp);
+        fileio_cleanup_remove(o->tmp);
         free(o->tmp);
     }
     o->f = NULL;
@@ -322,11 +326,12 @@ int tensorio_commit(TensorioOut *o)
     o->f = NULL;
     if (!e && rc != 0) e = errno;
     if (!e && rename(o->tmp, o->path) != 0) e = errno;
+    if (e) unlink(o->tmp);
+    fileio_cleanup_remove(o->tmp);
     if (e) {
-        unlink(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
-        return kvc_fail("%s: write failed (%s)", o->path, strerror(e));
+        return kvc_fail("%s: write failed (got %s)", o->path, strerror(e));
     }
     free(o->tmp);
     o->tmp = NULL;
@@ -363,7 +368,7 @@ int tensorio_write_values(FILE *f, const Tensor *t, TensorDtype dt, const char *
         if (fwrite(buf, is, m, f) != m) {
             int e = errno;
             free(buf);
-            return kvc_fail("%s: write failed (%s)", where, strerror(e));
+            return kvc_fail("%s: write failed (got %s)", where, strerror(e));
         }
         done += m;
     }

@@ -61,7 +61,8 @@ int tensor_read_info(TensorInfo *out, const char *path, const char *name, size_t
 
 size_t tensorio_dtype_size(TensorDtype dt);
 
-/* Opens path for reading and gets its size; it must be a regular file. 0 or -1 with kvc_fail set. */
+/* Opens path for reading and gets its size; it must be a regular file, which is checked before reading
+ * (base/fileio.h: opened non-blocking, so a FIFO is refused at once instead of blocking). 0 or -1 with kvc_fail. */
 int tensorio_open(FILE **f, uint64_t *size, const char *path);
 /* Size of an open, seekable stream (e.g. fmemopen); leaves the position at 0. 0 or -1 with kvc_fail set. */
 int tensorio_stream_size(FILE *f, const char *where, uint64_t *size);
@@ -88,7 +89,8 @@ int tensorio_read_values(Tensor *t, FILE *f, const char *where, TensorDtype dt, 
 
 /* Atomic output: tensorio_create opens "<path>.<pid>.<n>.tmp" beside path (mode 0666 & ~umask);
  * tensorio_commit flushes, fsyncs, closes and renames it onto path; tensorio_abort closes and removes it.
- * After a failed commit the temporary is removed too. Both return 0 or -1 with kvc_fail set. */
+ * After a failed commit the temporary is removed too, and SIGINT, SIGTERM or SIGHUP remove it while it exists
+ * (base/fileio.h). Both return 0 or -1 with kvc_fail set. */
 typedef struct TensorioOut {
     FILE *f;
     char *tmp;

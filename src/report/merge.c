@@ -3,6 +3,7 @@
 #include "config/config.h"
 #include "config/expid.h"
 #include "report/results.h"
+#include "base/fileio.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -38,8 +39,8 @@ static const char *const fmt_names[] = {"table", "csv", "jsonl"};
 static int read_input(Input *in)
 {
     if (!*in->path) return kvc_fail("merge: an input file name is empty (got \"\")");
-    int fd = open(in->path, O_RDONLY);
-    if (fd < 0) return kvc_fail("%s: cannot open (got %s)", in->path, strerror(errno));
+    int fd;
+    if (fileio_open_regular(in->path, &fd)) return -1;   /* a FIFO or device is refused, never waited on */
     int rc = results_read_fd(fd, in->path, &in->text, &in->len);
     close(fd);
     return rc;
@@ -128,6 +129,9 @@ int merge_files(const MergeArgs *args)
     size_t n_sets = args->n_sets, n_in = args->n_files;
     Input *in = xcalloc(n_in, sizeof *in);
     for (size_t f = 0; f < n_in; f++) in[f].path = args->files[f];
+    FileOut outf = {0};   /* --out FILE: checked, locked and its temporary made before any work (fileio.h) */
+
+    if (out && fileio_out_open(&outf, out, FILEIO_REPLACE)) goto done;
 
     Format fmt = FORMAT_CSV;
     int per_head = 0;
@@ -221,7 +225,7 @@ int merge_files(const MergeArgs *args)
     fclose(mf);
     rc = EXIT_OK;
     if (out) {
-        if (results_write_atomic(out, buf, len)) rc = EXIT_RUNTIME;
+        if (results_write_all(outf.fd, out, buf, len) || fileio_out_commit(&outf)) rc = EXIT_RUNTIME;
     } else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0) {
         kvc_fail("stdout: write error (got %s)", strerror(errno));
         rc = EXIT_RUNTIME;
@@ -234,6 +238,7 @@ free_refs:
     free(sorted);
     free(refs);
 done:
+    fileio_out_abort(&outf);   /* a refused merge leaves FILE as it was */
     for (size_t f = 0; f < n_in; f++) {
         results_free(&in[f].rf);
         free(in[f].text);

@@ -6,8 +6,10 @@
  * With --config CONFIG.json (and the --set values the runs used) merge knows the grid: every row must be
  * an experiment of it with the same label, every experiment must have its row, and the output is in grid
  * order, so merged shards are byte for byte the unsharded run. Without --config only duplicates are
- * checked and rows keep the order of the inputs (a note on stderr says so). The output goes to stdout, or
- * whole to --out FILE (temporary file, then rename; FILE may be one of the inputs).
+ * checked and rows keep the order of the inputs (a note on stderr says so). Inputs must be regular files
+ * (base/fileio.h: a FIFO is refused, never waited on). The output goes to stdout, or whole to --out FILE
+ * (temporary file, then rename; FILE may be one of the inputs), opened, checked and locked (base/fileio.h)
+ * before any input is read.
  * --per-head files (every input alike) hold data.layers x data.kv_heads rows per experiment, layer slowest.
  */
 #ifndef KVC_MERGE_H

@@ -4,11 +4,20 @@
  * A file is accepted only as kvc writes it: CSV with exactly this kvc's header line and one record per row
  * (RFC 4180; a quoted label may hold commas, quotes and newlines) whose last field is the id; JSONL with one
  * object per line whose keys are, in order, label, method, params, (layer, head with --per-head,) every
- * column, id. Anything else in a complete line is an error naming the file and line.
+ * column, id. Every cell is checked: method a registered name (unquoted in CSV), layer and head integers
+ * 0..4095, the counts (bytes, baseline_bytes, decode_ns) non-negative integers up to 2^53, the other columns
+ * empty (JSONL null) or a finite number spelled exactly as kvc prints it (fmt_double: "0.5", never "0.50",
+ * "5e-1", "nan" or "1e999"), JSONL values of the right type (a string "192" is not a number), params a strict
+ * JSON object with finite numbers, the id 16 lowercase hex digits. Anything else in a complete line is an
+ * error naming the file, the line and (for a cell) the column: "<name>:<line>: column 8 (bytes): ...".
  *
  * A torn last line (the file does not end with the newline that closes a record: a write cut short by a
- * kill, a full disk or a crash) is not an error here: it is reported in `torn` and left out of `rows`, and
- * the caller decides (--resume truncates it away; merge refuses the file).
+ * kill, a full disk or a crash) is not an error here when it is the beginning of a row kvc writes (every
+ * cell so far valid, the last one a valid prefix), possibly followed by NUL bytes (a crash can leave them):
+ * it is reported in `torn` (with its label so far, torn_label) and left out of `rows`, and the caller decides
+ * (--resume truncates it away if the label fits the config; merge refuses the file). A last line that is not
+ * the beginning of a kvc row, a CSV file that does not begin with kvc's header (or a prefix of it) and a
+ * file of NUL bytes only are errors: kvc never drops what it did not write.
  */
 #ifndef KVC_RESULTS_H
 #define KVC_RESULTS_H
@@ -33,6 +42,9 @@ typedef struct ResultFile {
     size_t n;
     size_t complete;     /* bytes up to the end of the last complete line */
     size_t torn;         /* bytes of a torn last line after `complete` (0: none) */
+    size_t torn_line;    /* its line number */
+    char *torn_label;    /* the label the torn line begins with, decoded as far as it goes (NULL: none) */
+    int torn_label_whole;/* that label cell is complete (the torn line goes on after it) */
 } ResultFile;
 
 /* The format a file name asks for: .csv, .jsonl or .ndjson, .txt (table). Returns 0, or -1 for any other
@@ -51,8 +63,7 @@ int results_read_fd(int fd, const char *name, char **text, size_t *len);
 /* The CSV header line this kvc writes, with or without --per-head, '\n' included (caller frees). */
 char *results_csv_header(int per_head);
 
-/* Replaces `path` with buf[0..n) whole: a temporary file next to it, fsync, rename. Readers see the old
- * file or the new one, never half. Returns 0, or -1 with kvc_fail (the temporary file is removed). */
-int results_write_atomic(const char *path, const char *buf, size_t n);
+/* Writes buf[0..n) to fd whole (retrying short writes). 0, or -1 with kvc_fail("<name>: write error (got ...)"). */
+int results_write_all(int fd, const char *name, const char *buf, size_t n);
 
 #endif

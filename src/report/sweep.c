@@ -2,6 +2,7 @@
 #include "report/sweep.h"
 #include "config/expid.h"
 #include "report/results.h"
+#include "base/fileio.h"
 #include "base/util.h"
 
 #include <assert.h>
@@ -20,7 +21,7 @@ struct Sweep {
     const Config *cfg;
     const char *out;           /* NULL: stdout */
     int fd;                    /* CSV/JSONL file, or the table's temporary file; -1 for stdout */
-    char *tmp;                 /* the table's temporary file name */
+    FileOut file;              /* --out FILE: appended to (CSV/JSONL) or replaced whole (table); fileio.h */
     int per_head;              /* --per-head rows: per = L x H rows per experiment */
     size_t per, H;
     uint64_t *ids;             /* (n_exps,) experiment ids */
@@ -203,22 +204,22 @@ static int resolve_format(const SweepOpts *o, Format *fmt, int fmt_given)
     return 0;
 }
 
-/* Locks FILE against a second kvc; filesystems without locks are let through. */
-static int lock_file(int fd, const char *name)
-{
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fcntl(fd, F_SETLK, &fl) == 0 || errno == ENOLCK || errno == EINVAL) return 0;
-    if (errno == EACCES || errno == EAGAIN)
-        return kvc_fail("%s: another kvc is writing this file (got a lock held by another process)", name);
-    return kvc_fail("%s: cannot lock the file (got %s)", name, strerror(errno));
-}
-
 static uint64_t row_id(const Sweep *s, size_t slot)
 {
     return s->rid ? s->rid[slot] : s->ids[slot];
+}
+
+/* A torn last line may be dropped only when it is the beginning of a row of this config: its label (as far as
+ * it goes) begins one of the config's labels. Anything else is not kvc's, and stays. */
+static int torn_line_fits(const Config *cfg, const ResultFile *rf)
+{
+    if (!rf->torn_label) return 1;   /* a torn header, or NUL bytes a crash left after the last row */
+    size_t n = strlen(rf->torn_label);
+    for (size_t i = 0; i < cfg->n_exps; i++) {
+        const char *l = cfg->exps[i].label;
+        if (rf->torn_label_whole ? strcmp(l, rf->torn_label) == 0 : strncmp(l, rf->torn_label, n) == 0) return 1;
+    }
+    return 0;
 }
 
 /* --resume: reads FILE, truncates a torn last line, marks the rows it holds. */
@@ -280,6 +281,10 @@ static int resume(Sweep *s, const char *cfg_name, size_t *n_present)
             (*n_present)++;
         }
     }
+    if (rc == 0 && rf.torn > 0 && !torn_line_fits(s->cfg, &rf))
+        rc = kvc_fail("%s:%zu: the last line has no final newline and is not the beginning of a row of %s; kvc "
+                      "removes only rows it was cutting short (got a line beginning \"%.40s\")", s->out, rf.torn_line,
+                      cfg_name, rf.torn_label);
     if (rc == 0 && rf.torn > 0) {
         if (ftruncate(s->fd, (off_t)rf.complete) != 0)
             rc = kvc_fail("%s: cannot truncate the torn last line (got %s)", s->out, strerror(errno));
@@ -294,24 +299,9 @@ static int resume(Sweep *s, const char *cfg_name, size_t *n_present)
     return rc;
 }
 
-static int open_table_tmp(Sweep *s)
-{
-    size_t n = strlen(s->out);
-    s->tmp = xmalloc(n + 16);
-    snprintf(s->tmp, n + 16, "%s.tmp.XXXXXX", s->out);
-    s->fd = mkstemp(s->tmp);
-    if (s->fd < 0) return kvc_fail("%s: cannot create a temporary file next to it (got %s)", s->out, strerror(errno));
-    mode_t um = umask(0);
-    umask(um);
-    if (fchmod(s->fd, 0666 & ~um) != 0) return kvc_fail("%s: chmod (got %s)", s->tmp, strerror(errno));
-    return 0;
-}
-
 static void sweep_free(Sweep *s)
 {
-    if (s->fd >= 0) close(s->fd);
-    if (s->tmp) unlink(s->tmp);
-    free(s->tmp);
+    fileio_out_abort(&s->file);   /* closes s->fd; drops a table's temporary file */
     free(s->ids);
     free(s->rid);
     free(s->want);
@@ -374,16 +364,12 @@ int sweep_start(Sweep *s)
     size_t n = s->cfg->n_exps, present = 0;
     if (s->fmt == FORMAT_TABLE && !s->rows) s->rows = xcalloc(n * s->per, sizeof *s->rows);
     if (s->out && s->fmt == FORMAT_TABLE) {
-        if (open_table_tmp(s)) goto fail;
+        if (fileio_out_open(&s->file, s->out, FILEIO_REPLACE)) goto fail;   /* temporary, renamed at the end */
+        s->fd = s->file.fd;
     } else if (s->out) {
-        s->fd = open(s->out, O_RDWR | O_CREAT | O_APPEND, 0666);
-        if (s->fd < 0) {
-            kvc_fail("%s: cannot open the --out file (got %s)", s->out, strerror(errno));
-            goto fail;
-        }
-        struct stat st;
-        int regular = fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode);
-        if (regular && lock_file(s->fd, s->out)) goto fail;
+        if (fileio_out_open(&s->file, s->out, FILEIO_APPEND)) goto fail;    /* locked when regular */
+        s->fd = s->file.fd;
+        int regular = s->file.regular;
         if (s->resume && !regular) {
             kvc_fail("%s: --resume needs a regular file (got a device, pipe or socket)", s->out);
             goto fail;
@@ -414,11 +400,8 @@ int sweep_start(Sweep *s)
     s->started = 1;
     return 0;
 fail:   /* as before sweep_start: sweep_close only frees */
-    if (s->fd >= 0) close(s->fd);
+    fileio_out_abort(&s->file);
     s->fd = -1;
-    if (s->tmp) unlink(s->tmp);
-    free(s->tmp);
-    s->tmp = NULL;
     return -1;
 }
 
@@ -480,23 +463,17 @@ int sweep_close(Sweep *s, int ok)
             FILE *f = memstream(&buf, &len);
             report_table(f, s->rows, s->n_rows);
             fclose(f);
-            if (write_all(s->fd, buf, len) || fsync(s->fd) != 0)
-                rc = kvc_fail("%s: write error (got %s)", s->tmp, strerror(errno));
-            else if (rename(s->tmp, s->out) != 0)
-                rc = kvc_fail("%s: cannot rename the finished table onto it (got %s)", s->out, strerror(errno));
-            else {
-                free(s->tmp);
-                s->tmp = NULL;
-            }
+            if (write_all(s->fd, buf, len))
+                rc = kvc_fail("%s: write error (got %s)", s->out, strerror(errno));
+            else
+                rc = fileio_out_commit(&s->file);   /* fsync, lock check, rename onto FILE */
+            s->fd = -1;
             free(buf);
         }
     } else if (rc == 0 && s->out && s->fmt != FORMAT_TABLE) {
-        if (fsync(s->fd) != 0 && errno != EINVAL && errno != EROFS)
-            rc = kvc_fail("%s: write error (got %s)", s->out, strerror(errno));
+        rc = fileio_out_commit(&s->file);   /* fsync and close */
+        s->fd = -1;
     }
-    if (s->fd >= 0 && close(s->fd) != 0 && rc == 0)
-        rc = kvc_fail("%s: write error (got %s)", s->out, strerror(errno));
-    s->fd = -1;
     sweep_free(s);
     return rc;
 }

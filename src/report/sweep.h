@@ -6,14 +6,17 @@
  * row at a time, each row one write(2) of a complete line, so a killed run (even SIGKILL) leaves every
  * finished row; the file is fsync'ed about once a second and at the end. A table needs every row, so it is
  * written to a temporary file next to FILE and renamed over FILE at the end: FILE is old or whole, never
- * half. A second kvc writing the same FILE is refused (a POSIX write lock).
+ * half. How FILE is opened (symlinks, devices and FIFOs, directories refused), locked against every other kvc
+ * writer, and how a signal removes the table's temporary: base/fileio.h.
  *
  * Resume. With --resume an existing FILE is read back (results.h): its rows are matched by id (expid.h) to
  * the expanded grid and skipped; the others run and are appended, in grid order. With --per-head an
  * experiment runs again when any of its (layer, head) rows is missing, and only the missing rows are written. A row whose id is not in
  * this config (or shard), or whose label differs, is refused: the config changed since FILE was written.
- * A torn last line (no final newline: a write cut short) is truncated away with a note on stderr. A missing
- * or empty FILE starts fresh, so one command line serves the first run and every rerun.
+ * A torn last line (no final newline: a write cut short) is truncated away with a note on stderr, when it is
+ * the beginning of a kvc row whose label begins one of the config's (results.h checks its cells); any other
+ * last line is refused. A missing or empty FILE starts fresh, so one command line serves the first run and
+ * every rerun.
  *
  * Shards. --shard I/N (1 <= I <= N) keeps the rows at grid positions p (0-based) with p mod N = I-1:
  * deterministic, interleaved so that slow and fast parameter values spread over the shards.

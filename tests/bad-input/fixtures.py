@@ -148,6 +148,20 @@ FIXTURES = {
                                                    header=json.dumps({"__metadata__": 5, "k": {
                                                        "dtype": "F32", "shape": [T, D],
                                                        "data_offsets": [0, T * D * 4]}})),
+    # the data buffer must be the tensors' data back to back (F08)
+    "safetensors:overlap": lambda: _st([("k", {"dtype": "F32", "shape": [T, D], "data_offsets": [0, T * D * 4]},
+                                         _k().astype("<f4").tobytes()),
+                                        ("v", {"dtype": "F32", "shape": [2], "data_offsets": [64, 72]}, b"")]),
+    "safetensors:hole": lambda: _st([("k", {"dtype": "F32", "shape": [T, D], "data_offsets": [0, T * D * 4]},
+                                      _k().astype("<f4").tobytes() + b"\0" * 8),
+                                     ("v", {"dtype": "F32", "shape": [2], "data_offsets": [T * D * 4 + 8,
+                                                                                           T * D * 4 + 16]},
+                                      b"\0" * 8)]),
+    "safetensors:hole-before-first": lambda: _st([("k", {"dtype": "F32", "shape": [T, D],
+                                                         "data_offsets": [16, 16 + T * D * 4]},
+                                                   b"\0" * 16 + _k().astype("<f4").tobytes())]),
+    "safetensors:trailing-bytes": lambda: _st([("k", "F32", (T, D), _k().astype("<f4").tobytes())],
+                                              data=_k().astype("<f4").tobytes() + b"\0" * 12),
     "safetensors:duplicate-name": lambda: _st([], header='{"k": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},'
                                                       ' "k": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
                                               data=b"\0" * 4),

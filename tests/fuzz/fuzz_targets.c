@@ -9,15 +9,20 @@
  *                config text. Without a NUL byte the whole input is the config and there are no --set arguments.
  *   npy          npy_fread on the input as a file (fmemopen).
  *   safetensors  safetensors_fread on the input, once taking the only tensor and once the tensor named "k".
+ *   results      results_parse (the reader of --resume and kvc merge) on the input as a CSV and as a JSONL
+ *                file, with --per-head detected, off and on.
  * Properties checked besides memory safety and undefined behaviour: a rejected input leaves one error line
  * of the form "<where>: <what> (got <value>)"; an accepted config has 1..CONFIG_MAX_ROWS experiments whose
  * parameters lie in the method's range and a label; an accepted tensor has 1..4 dimensions and finite values.
- * The config text is passed in a buffer of exactly its length (no terminating NUL), so reads past the end of
- * the text are caught by ASan.
+ * An accepted results file: rows lie back to back after the header, a torn tail covers exactly the rest of the
+ * input, and its complete part parses again to the same rows with nothing torn. The config text and the
+ * results text are passed in buffers of exactly their length (no terminating NUL), so reads past the end are
+ * caught by ASan.
  */
 #include "config/config.h"
 #include "io/io_npy.h"
 #include "io/io_safetensors.h"
+#include "report/results.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -29,6 +34,7 @@
 int fuzz_config(const uint8_t *data, size_t size);
 int fuzz_npy(const uint8_t *data, size_t size);
 int fuzz_safetensors(const uint8_t *data, size_t size);
+int fuzz_results(const uint8_t *data, size_t size);
 
 static void fuzz_violation(const char *what, const char *detail)
 {
@@ -160,5 +166,48 @@ int fuzz_safetensors(const uint8_t *data, size_t size)
         tensor_free(&t);
         fclose(f);
     }
+    return 0;
+}
+
+/* The rows of an accepted results file: back to back from the end of the header to `complete`, and the torn
+ * tail exactly the rest. */
+static void fuzz_check_rows(const ResultFile *rf, size_t size)
+{
+    size_t at = rf->header_len;
+    if (rf->complete > size || rf->complete + rf->torn != size) fuzz_violation("complete + torn != the input", NULL);
+    for (size_t i = 0; i < rf->n; i++) {
+        const ResultRow *r = &rf->rows[i];
+        if (r->off != at || r->len == 0 || !r->label) fuzz_violation("rows not back to back, or without a label", NULL);
+        at += r->len;
+    }
+    if (at != rf->complete && !(rf->n == 0 && rf->complete == 0)) fuzz_violation("rows do not end at `complete`", NULL);
+}
+
+int fuzz_results(const uint8_t *data, size_t size)
+{
+    char *text = xmalloc(size);   /* exactly size bytes: no terminator to lean on */
+    if (size) memcpy(text, data, size);
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (int ph = -1; ph <= 1; ph++) {
+            Format f = fmt ? FORMAT_JSONL : FORMAT_CSV;
+            ResultFile rf, again;
+            if (results_parse(&rf, "fuzz.results", text, size, f, ph) != 0) {
+                fuzz_check_error("fuzz.results", NULL);
+                results_free(&rf);
+                continue;
+            }
+            fuzz_check_rows(&rf, size);
+            /* the complete part alone: the same rows, nothing torn */
+            if (results_parse(&again, "fuzz.results", text, rf.complete, f, rf.per_head) != 0)
+                fuzz_violation("the complete part of an accepted file is refused", kvc_errmsg());
+            if (again.n != rf.n || again.torn != 0 || again.per_head != rf.per_head)
+                fuzz_violation("the complete part parses to other rows", NULL);
+            for (size_t i = 0; i < rf.n; i++)
+                if (again.rows[i].id != rf.rows[i].id || strcmp(again.rows[i].label, rf.rows[i].label) != 0)
+                    fuzz_violation("the complete part parses to other ids or labels", NULL);
+            results_free(&again);
+            results_free(&rf);
+        }
+    free(text);
     return 0;
 }

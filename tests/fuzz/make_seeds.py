@@ -3,12 +3,15 @@
 
 Run from the project root with Debian's numpy (/usr/bin/python3 tests/fuzz/make_seeds.py); the output is
 deterministic, so the committed files can be regenerated and compared. The .safetensors seeds are written
-by hand from the format (8-byte little-endian header length, JSON header, data), as tests do elsewhere.
+by hand from the format (8-byte little-endian header length, JSON header, data), as tests do elsewhere. The
+results seeds are cut from what the built kvc ($KVC, default ./kvc) writes for tests/data/sweep/grid.json
+(without timing, so they do not change between runs); without a kvc they are left as they are.
 """
 import io
 import json
 import os
 import struct
+import subprocess
 
 import numpy as np
 
@@ -148,7 +151,36 @@ def safetensors_seeds():
     put("safetensors", "truncated.safetensors", st_bytes([("k", "F64", (3, 4), x.tobytes())])[:-3])
 
 
+def results_seeds():
+    kvc = os.environ.get("KVC", "./kvc")
+    if not os.path.exists(kvc):
+        print("make_seeds: no %s: results seeds left as they are" % kvc)
+        return
+
+    def out(*args):
+        return subprocess.run([kvc, "run", "tests/data/sweep/grid.json", "--no-timing"] + list(args),
+                              stdout=subprocess.PIPE, check=True).stdout
+
+    csv, jsonl = out("--format", "csv"), out("--format", "jsonl")
+    ph = out("--format", "csv", "--per-head", "--set", "data.layers=2", "--set", "data.kv_heads=2")
+    phj = out("--format", "jsonl", "--per-head", "--set", "data.layers=2", "--set", "data.kv_heads=2")
+    lines = csv.split(b"\n")
+    put("results", "grid-head.csv", b"\n".join(lines[:4]) + b"\n")
+    put("results", "grid-quoted-newline.csv", lines[0] + b"\n" + b"\n".join(lines[14:18]) + b"\n")
+    put("results", "grid-torn.csv", csv[:700])
+    put("results", "grid-torn-header.csv", csv[:30])
+    put("results", "grid-zeros.csv", b"\n".join(lines[:3]) + b"\n" + b"\0" * 40)
+    put("results", "grid-head.jsonl", b"\n".join(jsonl.split(b"\n")[:3]) + b"\n")
+    put("results", "grid-torn.jsonl", jsonl[:900])
+    put("results", "per-head.csv", b"\n".join(ph.split(b"\n")[:5]) + b"\n")
+    put("results", "per-head.jsonl", b"\n".join(phj.split(b"\n")[:3]) + b"\n")
+    put("results", "bad-cells.csv", lines[0] + b"\n" + lines[1].replace(b",1152,", b",19x2,") + b"\n")
+    put("results", "bad-cell.jsonl", jsonl.split(b"\n")[0].replace(b'"bytes":1152', b'"bytes":"1152"') + b"\n")
+    put("results", "notes.txt", b"my notes, not kvc's")
+
+
 if __name__ == "__main__":
     config_seeds()
     npy_seeds()
     safetensors_seeds()
+    results_seeds()
