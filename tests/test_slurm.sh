@@ -16,9 +16,12 @@ fail=0
 pass() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; fail=1; }
 skip() { echo "SKIP slurm: $*"; exit 0; }
+# Slurm's clients retry for minutes when the controller is gone: every call is bounded
+sl() { timeout 20 "$@"; }
+alive() { [ -r "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }   # a zombie child is gone
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (slurmd starts the jobs as their user); run make test as root"
-for c in munged slurmctld slurmd sbatch squeue scontrol scancel sinfo; do
+for c in munged slurmctld slurmd sbatch squeue scontrol scancel sinfo timeout; do
     command -v $c >/dev/null 2>&1 ||
         skip "$c is not installed (Debian: apt-get install slurm-wlm munge, or scripts/bootstrap.sh --deps)"
 done
@@ -26,15 +29,15 @@ done
 # ---- a private Slurm: munged, slurmctld, slurmd in the foreground, children of this shell ----
 tmp=$(mktemp -d)
 chmod 755 "$tmp"   # munged wants the directory of its socket open to all
-pids=""
+pids="" ctld=""
 stop() {
-    if [ -n "$pids" ]; then
-        scancel --quiet --user=root 2>/dev/null   # any job left (a failed check): our controller only
-        i=0; while [ $i -lt 50 ] && [ -n "$(squeue -h -o %i 2>/dev/null)" ]; do sleep 0.1; i=$((i + 1)); done
+    if [ -n "$ctld" ] && alive "$ctld"; then
+        timeout 5 scancel --quiet --user=root 2>/dev/null   # any job left (a failed check): our controller only
+        i=0; while [ $i -lt 50 ] && [ -n "$(timeout 2 squeue -h -o %i 2>/dev/null)" ]; do sleep 0.1; i=$((i + 1)); done
     fi
     for p in $pids; do kill "$p" 2>/dev/null; done        # slurmd, slurmctld, munged
     for p in $pids; do
-        i=0; while [ $i -lt 50 ] && kill -0 "$p" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+        i=0; while [ $i -lt 50 ] && alive "$p"; do sleep 0.1; i=$((i + 1)); done
         kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null
     done
     rm -rf "$tmp"
@@ -93,29 +96,33 @@ NodeName=kvcnode NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=kvc Nodes=kvcnode Default=YES MaxTime=INFINITE State=UP
 EOF
 slurmctld -D -i -f "$SLURM_CONF" > "$tmp/log/slurmctld.out" 2>&1 &
-pids="$! $pids"
+ctld=$!; pids="$ctld $pids"
 slurmd -D -N kvcnode -f "$SLURM_CONF" > "$tmp/log/slurmd.out" 2>&1 &
-pids="$! $pids"
-i=0; while [ $i -lt 150 ] && [ "$(sinfo -h -n kvcnode -o %t 2>/dev/null)" != idle ]; do sleep 0.1; i=$((i + 1)); done
-[ "$(sinfo -h -n kvcnode -o %t 2>/dev/null)" = idle ] || skip "slurmctld and slurmd did not come up within 15 s: \
+slurmd=$!; pids="$slurmd $pids"
+end=$(($(date +%s) + 15))
+while alive $ctld && alive $slurmd && [ "$(date +%s)" -lt $end ] &&
+    [ "$(timeout 2 sinfo -h -n kvcnode -o %t 2>/dev/null)" != idle ]; do sleep 0.1; done
+alive $ctld && alive $slurmd && [ "$(timeout 2 sinfo -h -n kvcnode -o %t 2>/dev/null)" = idle ] ||
+    skip "slurmctld and slurmd did not come up (one died, or the node was not idle within 15 s): \
 $(tail -n 3 "$tmp/log/slurmctld.log" "$tmp/log/slurmd.log" "$tmp/log/slurmctld.out" "$tmp/log/slurmd.out" 2>/dev/null | tr '\n' ' ')"
 pass "slurm-daemons-up (munged, slurmctld :$1, slurmd :$2; $cpus CPUs)"
 
 # wait_jobs IDS SECONDS: until no job of IDS is in the queue; fails after SECONDS
 wait_jobs() {
-    i=0; while [ $i -lt $(($2 * 5)) ] && [ -n "$(squeue -h -j "$1" -o %i 2>/dev/null)" ]; do sleep 0.2; i=$((i + 1)); done
-    [ -z "$(squeue -h -j "$1" -o %i 2>/dev/null)" ]
+    end=$(($(date +%s) + $2))
+    while [ "$(date +%s)" -lt $end ] && [ -n "$(sl squeue -h -j "$1" -o %i 2>/dev/null)" ]; do sleep 0.2; done
+    left=$(sl squeue -h -j "$1" -o %i) && [ -z "$left" ]
 }
-state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1; }
+state() { sl scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1; }
 # submit NAME SWEEP-SLURM-ARGS...: submits, sets jid and mid, waits for both jobs (at most 40 s)
 submit() {
     name=$1; shift
     jid="" mid=""
-    if ! scripts/sweep-slurm.sh "$@" > "$tmp/jobs" 2> "$tmp/submit.err"; then
+    if ! sl scripts/sweep-slurm.sh "$@" > "$tmp/jobs" 2> "$tmp/submit.err"; then
         bad "$name" "sweep-slurm.sh failed: $(cat "$tmp/submit.err")"; return 1
     fi
     read -r jid mid < "$tmp/jobs"
-    wait_jobs "$jid,$mid" 40 || { bad "$name" "jobs $jid, $mid still queued after 40 s: $(squeue)"; return 1; }
+    wait_jobs "$jid,$mid" 40 || { bad "$name" "jobs $jid, $mid still queued after 40 s: $(sl squeue)"; return 1; }
 }
 
 # ---- a sweep in 3 shards equals the single-process run ----
@@ -153,10 +160,10 @@ exec "$KVC" "\$@"
 EOF
 chmod +x "$tmp/kvc-fails"
 F=$tmp/out/f.csv
-if scripts/sweep-slurm.sh -n 3 --kvc "$tmp/kvc-fails" $G "$F" --no-timing > "$tmp/jobs" 2> "$tmp/submit.err"; then
+if sl scripts/sweep-slurm.sh -n 3 --kvc "$tmp/kvc-fails" $G "$F" --no-timing > "$tmp/jobs" 2> "$tmp/submit.err"; then
     read -r jid mid < "$tmp/jobs"
     i=0; while [ $i -lt 150 ] && ! grep -qs 'waits to be cancelled' "$F.shards/slurm-${jid}_3.out"; do sleep 0.2; i=$((i + 1)); done
-    scancel "${jid}_3"
+    sl scancel "${jid}_3"
     if wait_jobs "$jid,$mid" 30; then
         log=$F.shards/slurm-$mid.out
         if [ "$(state "$mid")" = FAILED ] && [ ! -e "$F" ] &&
@@ -166,14 +173,14 @@ if scripts/sweep-slurm.sh -n 3 --kvc "$tmp/kvc-fails" $G "$F" --no-timing > "$tm
             grep -q "2 of 3 shards failed; not merged" "$log" && ! grep -q 'shard 1/3' "$log"; then
             pass "slurm-failed-shards-end-the-merge (merge job $mid FAILED, its log names shards 2 and 3)"
         else bad slurm-failed-shards-end-the-merge "merge job $(state "$mid"): $(cat "$log" 2>/dev/null)"; fi
-    else bad slurm-failed-shards-end-the-merge "jobs $jid, $mid still queued after 30 s: $(squeue)"; fi
+    else bad slurm-failed-shards-end-the-merge "jobs $jid, $mid still queued after 30 s: $(sl squeue)"; fi
 else bad slurm-failed-shards-end-the-merge "sweep-slurm.sh failed: $(cat "$tmp/submit.err")"; fi
 
 # ---- refused before anything is queued ----
-n0=$(scontrol show jobs 2>/dev/null | grep -c '^JobId=')
-scripts/sweep-slurm.sh --kvc "$KVC" $G "$tmp/out/x.csv" --no-timing --threads=2 > /dev/null 2> "$tmp/err"; st=$?
-scripts/sweep-slurm.sh --kvc "$KVC" $G "$tmp/out/x.csv" --shard 1/2 > /dev/null 2>> "$tmp/err"; st2=$?
-n1=$(scontrol show jobs 2>/dev/null | grep -c '^JobId=')
+n0=$(sl scontrol show jobs 2>/dev/null | grep -c '^JobId=')
+sl scripts/sweep-slurm.sh --kvc "$KVC" $G "$tmp/out/x.csv" --no-timing --threads=2 > /dev/null 2> "$tmp/err"; st=$?
+sl scripts/sweep-slurm.sh --kvc "$KVC" $G "$tmp/out/x.csv" --shard 1/2 > /dev/null 2>> "$tmp/err"; st2=$?
+n1=$(sl scontrol show jobs 2>/dev/null | grep -c '^JobId=')
 if [ $st -eq 2 ] && [ $st2 -eq 2 ] && [ "$n0" = "$n1" ] && grep -q 'leave one of them out' "$tmp/err" &&
     grep -q 'the script sets it' "$tmp/err"; then pass slurm-bad-options-queue-nothing
 else bad slurm-bad-options-queue-nothing "status $st and $st2, jobs $n0 -> $n1: $(cat "$tmp/err")"; fi
