@@ -67,6 +67,7 @@ if [ "${1:-}" = "--merge" ]; then
         echo "sweep-slurm: $failed of $n shards failed; not merged. Submit the same command again: finished shards return at once, the others resume" >&2
         exit 1
     fi
+    echo "sweep-slurm: all $n shards succeeded; merging them into $out" >&2
     exec "$kvc" merge --config "$config" "$@" --out "$out" "${files[@]}"
 fi
 

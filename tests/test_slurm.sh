@@ -129,7 +129,8 @@ submit() {
 "$KVC" run $G --no-timing --set 'experiments.0.axis="channel"' --format csv > "$tmp/ref.csv"
 R=$tmp/out/r.csv
 if submit slurm-sweep -n 3 --kvc "$KVC" $G "$R" --no-timing --set 'experiments.0.axis="channel"'; then
-    if [ "$(state "$mid")" = COMPLETED ] && cmp -s "$R" "$tmp/ref.csv"; then
+    if [ "$(state "$mid")" = COMPLETED ] && cmp -s "$R" "$tmp/ref.csv" &&
+        grep -q "all 3 shards succeeded; merging them into $R" "$R.shards/slurm-$mid.out"; then
         pass "slurm-sweep-equals-single-run (array $jid, merge $mid: 23 rows, ids and values byte for byte)"
     else bad slurm-sweep-equals-single-run "merge job $(state "$mid"): $(cat "$R.shards/slurm-$mid.out" 2>/dev/null)"; fi
     grep -q 'shard 2/3' "$R.shards/slurm-${jid}_2.out"; st=$?
