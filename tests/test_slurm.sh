@@ -43,7 +43,7 @@ stop() {
     rm -rf "$tmp"
 }
 trap stop EXIT
-trap 'exit 1' INT TERM HUP
+trap 'exit 1' INT TERM HUP PIPE   # a killed test stops its daemons too
 mkdir -p "$tmp/munge-key" "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/log" "$tmp/out"
 chmod 700 "$tmp/munge-key"; chmod 755 "$tmp/munge"
 dd if=/dev/urandom of="$tmp/munge-key/munge.key" bs=1024 count=1 2>/dev/null
