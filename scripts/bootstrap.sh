@@ -3,11 +3,17 @@
 #   scripts/bootstrap.sh            install + build + ./kvc run configs/lesson.json
 #   scripts/bootstrap.sh --deps     install only (used by .ci/run)
 # Packages already present are not reinstalled; without root or sudo it prints the exact command to run.
+# Another apt or dpkg at work (unattended-upgrades, a second terminal) is waited for, up to 10 minutes.
 set -eu
 cd "$(dirname "$0")/.."
 
-# parallel (GNU parallel) and gnuplot-nox: scripts/sweep-parallel.sh, scripts/plot-*.sh and their tests
-PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox valgrind"
+# python3-numpy: the tests run Debian's /usr/bin/python3 with it (not a python3 first on PATH)
+# parallel (GNU parallel), gnuplot-nox: scripts/sweep-parallel.sh, scripts/plot-*.sh and their tests
+# slurm-wlm, munge: tests/test_slurm.sh starts a private single-node Slurm to test scripts/sweep-slurm.sh
+# man-db: man ./man/kvc.1; valgrind: the memory checks of make sanitize
+PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox
+valgrind man-db slurm-wlm munge"
+LOCK_WAIT=600   # seconds
 
 missing=""
 for p in $PKGS; do
@@ -27,8 +33,21 @@ if [ -n "$missing" ]; then
         exit 1
     fi
     echo "kvc bootstrap: installing$missing" >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2
+    # apt-get waits for the dpkg lock with DPkg::Lock::Timeout, but `update` fails at once on a held lock of
+    # the package lists (apt 2.6): try again every 5 s
+    waited=0
+    while ! out=$($SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$LOCK_WAIT update -q 2>&1); do
+        if ! printf '%s\n' "$out" | grep -q 'Could not get lock' || [ $waited -ge $LOCK_WAIT ]; then
+            printf '%s\n' "$out" >&2
+            exit 1
+        fi
+        [ $waited -eq 0 ] && echo "kvc bootstrap: another apt holds the package lists; waiting (at most $LOCK_WAIT s)" >&2
+        sleep 5
+        waited=$((waited + 5))
+    done
+    printf '%s\n' "$out" >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$LOCK_WAIT install -y -q \
+        --no-install-recommends $missing >&2
 else
     echo "kvc bootstrap: all packages present" >&2
 fi

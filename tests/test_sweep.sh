@@ -161,27 +161,57 @@ check per-head-merge-equals-unsharded [ $? -eq 0 ]
 expect per-head-resume-refuses-aggregate-file 2 "header differs" "$KVC" run $G $PH --out "$tmp/o.csv" --resume
 expect per-head-merge-refuses-mixed 2 "not a row kvc wrote" "$KVC" merge "$tmp/ph1.jsonl" "$tmp/s1.jsonl"
 
-# ---- scripts/sweep-parallel.sh with GNU parallel ----
+# ---- scripts/sweep-parallel.sh with GNU parallel: the real kvc, its run options passed through ----
+# a kvc that fails on shard 2 of 3 (and runs the others)
+printf '#!/bin/sh\ncase " $* " in *" --shard 2/3 "*) echo "kvc-fails: shard 2 on purpose" >&2; exit 3 ;; esac\nexec "%s" "$@"\n' \
+    "$KVC" > "$tmp/kvc-fails"; chmod +x "$tmp/kvc-fails"
 if command -v parallel >/dev/null 2>&1; then
-    KVC="$KVC" scripts/sweep-parallel.sh -q -j 2 -n 3 $G "$tmp/par/r.csv" --set 'experiments.0.axis="channel"' 2>"$tmp/err"
-    "$KVC" run $G --set 'experiments.0.axis="channel"' --format csv | cmp -s - "$tmp/par/r.csv"
+    AX='experiments.0.axis="channel"' QL="experiments.1.label=\"it's {sinks}, \\\"w\\\" {window}\""
+    "$KVC" run $G --set "$AX" --set "$QL" --format csv > "$tmp/ax.csv"
+    scripts/sweep-parallel.sh --kvc "$REAL_KVC" -q -j 2 -n 3 $G "$tmp/par/r.csv" --no-timing --set "$AX" --set "$QL" 2>"$tmp/err" &&
+        cmp -s "$tmp/par/r.csv" "$tmp/ax.csv"
     check sweep-parallel-equals-unsharded [ $? -eq 0 ]
-    rm "$tmp/par/r.csv.shards/shard-2-of-3.csv"   # a lost shard is rerun, the others resume at once
-    KVC="$KVC" scripts/sweep-parallel.sh -q -j 2 -n 3 -S : $G "$tmp/par/r.csv" --set 'experiments.0.axis="channel"' 2>>"$tmp/err"
-    "$KVC" run $G --set 'experiments.0.axis="channel"' --format csv | cmp -s - "$tmp/par/r.csv"
+    rm "$tmp/par/r.csv.shards/shard-2-of-3.csv"   # a lost shard is rerun, a torn one cut back, the others resume
+    head -c 100 "$tmp/par/r.csv.shards/shard-1-of-3.csv" > "$tmp/t" && cat "$tmp/t" > "$tmp/par/r.csv.shards/shard-1-of-3.csv"
+    scripts/sweep-parallel.sh --kvc "$REAL_KVC" -q -j 2 -n 3 -S : $G "$tmp/par/r.csv" --set "$AX" -- --set "$QL" --no-timing 2>>"$tmp/err" &&
+        cmp -s "$tmp/par/r.csv" "$tmp/ax.csv"
     check sweep-parallel-rerun-resumes [ $? -eq 0 ]
-    KVC="$KVC" scripts/sweep-parallel.sh -q -j 2 -n 2 $G "$tmp/par/r.jsonl" 2>>"$tmp/err" && cmp -s "$tmp/par/r.jsonl" "$tmp/g.jsonl"
-    check sweep-parallel-jsonl [ $? -eq 0 ]
-    KVC="$KVC" scripts/sweep-parallel.sh -q -j 2 -n 5 $G "$tmp/par/ph.csv" $PH 2>>"$tmp/err" && cmp -s "$tmp/par/ph.csv" "$tmp/ph.csv"
+    grep -q 'removed a torn last line' "$tmp/par/r.csv.shards/shard-1-of-3.log" &&
+        grep -q 'rows already there; running the other 0' "$tmp/par/r.csv.shards/shard-3-of-3.log"
+    check sweep-parallel-shard-logs-keep-kvc-notes [ $? -eq 0 ]
+    # an option with its value after --; timed rows differ from the reference only in decode_ns, decode_speedup
+    scripts/sweep-parallel.sh --kvc "$REAL_KVC" -q -j 2 -n 2 $G "$tmp/par/r.jsonl" -- --timing-repeat 1 2>>"$tmp/err" &&
+        ${PY:-/usr/bin/python3} -c 'import json, sys
+rows = [[json.loads(l) for l in open(f)] for f in sys.argv[1:]]
+strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("decode_")} for r in rs]
+sys.exit(0 if len(rows[0]) == 23 and strip(rows[0]) == strip(rows[1]) and all(r["decode_ns"] for r in rows[0]) else 1)' \
+            "$tmp/par/r.jsonl" "$tmp/g.jsonl"
+    check sweep-parallel-jsonl-timed-option-with-a-value [ $? -eq 0 ]
+    scripts/sweep-parallel.sh --kvc "$REAL_KVC" -q -j 2 -n 5 $G "$tmp/par/ph.csv" $PH 2>>"$tmp/err" && cmp -s "$tmp/par/ph.csv" "$tmp/ph.csv"
     check sweep-parallel-per-head [ $? -eq 0 ]
+    # a failing shard: exit 1, named with its exit status and the end of its log, nothing merged
+    expect sweep-parallel-names-the-failed-shard 1 "shard 2/3 failed (exit status 3)" \
+        scripts/sweep-parallel.sh --kvc "$tmp/kvc-fails" -q -j 3 -n 3 $G "$tmp/par/f.csv"
+    grep -q 'kvc-fails: shard 2 on purpose' "$tmp/err" && grep -q 'run the same command again' "$tmp/err" &&
+        [ ! -e "$tmp/par/f.csv" ] && [ -s "$tmp/par/f.csv.shards/shard-1-of-3.csv" ]
+    check sweep-parallel-failed-shard-log-shown [ $? -eq 0 ]
+    # options: the script's own refused, a bad one refused by kvc before anything runs
+    expect sweep-parallel-refuses-shard 2 "--shard: the script sets it" scripts/sweep-parallel.sh -q $G "$tmp/par/x.csv" --shard 1/2
+    expect sweep-parallel-refuses-format 2 "--format=csv: the script sets it" scripts/sweep-parallel.sh -q $G "$tmp/par/x.csv" -- --format=csv
+    expect sweep-parallel-checks-options-first 2 'unknown option; see kvc run --help (got "--bogus")' \
+        scripts/sweep-parallel.sh --kvc "$REAL_KVC" -q $G "$tmp/par/x.csv" --bogus
+    expect sweep-parallel-value-needs-equals 2 "written --opt=VALUE or after --" \
+        scripts/sweep-parallel.sh -q $G "$tmp/par/x.csv" --timing-repeat 3
+    check sweep-parallel-refusals-make-nothing [ ! -e "$tmp/par/x.csv.shards" ]
 else
     bad sweep-parallel "GNU parallel is not installed (scripts/bootstrap.sh --deps installs it)"
 fi
 
-# ---- scripts/sweep-slurm.sh: syntax, and a whole run against a stand-in sbatch ----
+# ---- scripts/sweep-slurm.sh: syntax, and a whole run against a stand-in sbatch (tests/test_slurm.sh runs a
+#      real Slurm where it can) ----
 bash -n scripts/sweep-slurm.sh && bash -n scripts/sweep-parallel.sh; check sweep-scripts-syntax [ $? -eq 0 ]
 mkdir -p "$tmp/bin" "$tmp/slurm"
-cat > "$tmp/bin/sbatch" <<'EOF'
+cat > "$tmp/bin/sbatch" <<'EOF2'
 #!/bin/bash
 # stands in for Slurm's sbatch: runs the job at once (array tasks one after another), prints a job id
 n=$(( $(cat "$FAKE_SLURM/count" 2>/dev/null || echo 100) + 1 )); echo $n > "$FAKE_SLURM/count"
@@ -189,7 +219,8 @@ array=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --array=*) array=${1#--array=}; echo "$1" >> "$FAKE_SLURM/opts"; shift ;;
-        --parsable|--job-name=*|--output=*|--dependency=*|--partition=*) echo "$1" >> "$FAKE_SLURM/opts"; shift ;;
+        --parsable|--job-name=*|--output=*|--dependency=*|--kill-on-invalid-dep=*|--partition=*)
+            echo "$1" >> "$FAKE_SLURM/opts"; shift ;;
         -*) echo "sbatch: unexpected option $1" >&2; exit 1 ;;
         *) break ;;
     esac
@@ -197,19 +228,26 @@ done
 script=$1; shift
 if [ -n "$array" ]; then
     range=${array%%\%*}
-    for i in $(seq "${range%-*}" "${range#*-}"); do SLURM_ARRAY_TASK_ID=$i bash "$script" "$@" || exit 1; done
-else bash "$script" "$@" || exit 1; fi
+    for i in $(seq "${range%-*}" "${range#*-}"); do
+        SLURM_ARRAY_JOB_ID=$n SLURM_ARRAY_TASK_ID=$i bash "$script" "$@" 2>> "$FAKE_SLURM/log"
+    done
+else bash "$script" "$@" 2>> "$FAKE_SLURM/log" || echo "job $n failed" >> "$FAKE_SLURM/log"; fi
 echo "$n"
-EOF
+EOF2
 chmod +x "$tmp/bin/sbatch"
-FAKE_SLURM="$tmp/slurm" PATH="$tmp/bin:$PATH" KVC="$KVC" scripts/sweep-slurm.sh -n 4 --max-running 2 \
-    --sbatch --partition=debug $G "$tmp/sl/r.csv" --set seed=4 > "$tmp/jobs" 2>"$tmp/err"
+FAKE_SLURM="$tmp/slurm" PATH="$tmp/bin:$PATH" scripts/sweep-slurm.sh --kvc "$REAL_KVC" -n 4 --max-running 2 \
+    --sbatch --partition=debug $G "$tmp/sl/r.csv" --set seed=4 -- --no-timing > "$tmp/jobs" 2>"$tmp/err"
 "$KVC" run $G --set seed=4 --format csv | cmp -s - "$tmp/sl/r.csv" && [ "$(cat "$tmp/jobs")" = "101 102" ] &&
-    grep -qx -- '--array=1-4%2' "$tmp/slurm/opts" && grep -qx -- '--dependency=afterok:101' "$tmp/slurm/opts" &&
-    grep -qx -- '--partition=debug' "$tmp/slurm/opts"
+    grep -qx -- '--array=1-4%2' "$tmp/slurm/opts" && grep -qx -- '--dependency=afterany:101' "$tmp/slurm/opts" &&
+    grep -qx -- '--kill-on-invalid-dep=yes' "$tmp/slurm/opts" && grep -qx -- '--partition=debug' "$tmp/slurm/opts"
 check sweep-slurm-stand-in-run [ $? -eq 0 ]
+FAKE_SLURM="$tmp/slurm" PATH="$tmp/bin:$PATH" scripts/sweep-slurm.sh --kvc "$tmp/kvc-fails" -n 3 $G "$tmp/sl/f.csv" \
+    > /dev/null 2>"$tmp/err"
+grep -q 'shard 2/3 failed: kvc exited with status 3 in task 103_2' "$tmp/slurm/log" && grep -q 'job 104 failed' "$tmp/slurm/log" &&
+    [ ! -e "$tmp/sl/f.csv" ]
+check sweep-slurm-stand-in-failed-shard [ $? -eq 0 ]
 FAKE_SLURM="$tmp/slurm" PATH="$tmp/bin:$PATH" KVC="$KVC" scripts/sweep-slurm.sh $G "$tmp/sl/x.csv" --set seed=-1 >/dev/null 2>"$tmp/err"
-st=$?; check sweep-slurm-rejects-bad-config-before-queueing [ $st -eq 2 ] && [ ! -e "$tmp/sl/x.csv.shards" ]
+[ $? -eq 2 ] && [ ! -e "$tmp/sl/x.csv.shards" ]; check sweep-slurm-rejects-bad-config-before-queueing [ $? -eq 0 ]
 
 # ---- the progress line: on a terminal's stderr only, never on stdout or in the file ----
 if ! command -v script >/dev/null 2>&1; then
