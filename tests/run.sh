@@ -40,6 +40,7 @@ test_layout.sh
 test_plot.sh
 test_results.sh
 test_sweep.sh
+test_slurm.sh
 test_bad_input.py
 test_cli.py
 test_faults.py

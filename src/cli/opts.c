@@ -43,8 +43,11 @@ static int unknown(const OptParser *p, const char *word, size_t n)
     if (n > 2 && n < sizeof name && strncmp(word, "--", 2) == 0) {
         memcpy(name, word, n);
         name[n] = '\0';
-        size_t typed = n - 2;   /* a suggestion must not be further from the word than the word is long */
-        near = opt_nearest(name, longs, m, typed - 1 < SUGGEST_MAX ? typed - 1 : SUGGEST_MAX);
+        size_t typed = n - 2;   /* a suggestion must be nearer than half the word's length ("--bogus" is not "--out") */
+        near = opt_nearest(name, longs, m, typed / 2 < SUGGEST_MAX ? typed / 2 : SUGGEST_MAX);
+        /* or the shortest option that contains the word ("--heads" -> "--kv-heads") */
+        for (size_t i = 0; !near && typed >= 3 && i < m; i++)
+            if (strstr(longs[i] + 2, name + 2) && (!near || strlen(longs[i]) < strlen(near))) near = longs[i];
     }
     if (near)
         return kvc_fail("%s: unknown option; did you mean \"%s\"? see kvc %s --help (got \"%s\")", p->cmd, near,
