@@ -568,8 +568,7 @@ def _compress(method, p, K, V, wsum, seed=0):
             ((lbytes if Vp is not None else 2 * T * D) if has_v else 0)
         return Kp, Vp, None, nbytes
     if method == "sink_window":
-        sinks = _int_param(p, "sinks", 4)
-        window = _int_param(p, "window")
+        sinks, window = _sink_window(p, T)
         if sinks < 0 or window < 0 or sinks + window > T or sinks + window < 1:
             raise ConfigError("need sinks, window >= 0 and 1 <= sinks + window <= T")
         kept = np.r_[np.arange(0, sinks), np.arange(T - window, T)].astype(np.intp)
@@ -638,13 +637,38 @@ def _expand_pipeline(exp):
     return out
 
 
+def _kvpress_kept(c, T):
+    """kvpress's n_kept = int(k_len * (1 - compression_ratio)) (README "Budgets")."""
+    return int(T * (1 - c))
+
+
 def _budget(p, T):
     b = _int_param(p, "budget", 0)
     r = float(p.get("keep_ratio", 0))
-    if (b > 0) == (r > 0):
-        raise ConfigError("give budget or keep_ratio")
-    n = b if b > 0 else max(1, math.floor(r * T))
+    c = float(p.get("compression_ratio", 0))
+    if (b > 0) + (r > 0) + (c > 0) != 1:
+        raise ConfigError("give one of budget, keep_ratio and compression_ratio")
+    if c > 0:
+        n = _kvpress_kept(c, T)
+        if not c < 1 or n < 1:
+            raise ConfigError("compression_ratio must be below 1 and keep a token")
+    else:
+        n = b if b > 0 else max(1, math.floor(r * T))
     return min(n, T)
+
+
+def _sink_window(p, T):
+    """(sinks, window) of sink_window: `window`, or with compression_ratio kvpress's int(T (1 - c)) - sinks."""
+    s = _int_param(p, "sinks", 4)
+    c = float(p.get("compression_ratio", 0))
+    if c > 0:
+        if "window" in p:
+            raise ConfigError("give window or compression_ratio")
+        n = _kvpress_kept(c, T)
+        if not c < 1 or n < max(s, 1):
+            raise ConfigError("compression_ratio must keep the sinks and at least one token")
+        return s, n - s
+    return s, _int_param(p, "window")
 
 
 def _top(score, k, forced=None):
@@ -676,7 +700,7 @@ def _evict(method, p, hd, seed):
     """Kept rows (indices into hd's rows) and extra (index) bytes of one eviction step."""
     n = hd.K.shape[0]
     if method == "sink_window":
-        s, w = _int_param(p, "sinks", 4), _int_param(p, "window")
+        s, w = _sink_window(p, n)
         return np.r_[np.arange(0, s), np.arange(n - w, n)].astype(np.intp), 0
     if method == "window":
         b = _budget(p, n)
@@ -695,14 +719,28 @@ def _evict(method, p, hd, seed):
     b = _budget(p, n)
     if method == "h2o":
         acc = np.zeros(n)
+        normalize = p.get("normalize", False)
+        if not isinstance(normalize, bool):
+            raise ConfigError("normalize must be true or false")
+        if normalize:   # n[t]: observation queries at or after row t's position
+            seen = np.array([float(sum(1 for q in hd.obs_pos if q >= hd.pos[t])) for t in range(n)])
         for g in range(G):
+            s = np.zeros(n)
             for j in range(W):
-                acc = acc + _obs_weights(hd, g, j)
+                s = s + _obs_weights(hd, g, j)
+            if normalize:
+                acc = acc + np.where(seen > 0, s / np.where(seen > 0, seen, 1.0), 0.0)
+            else:
+                acc = acc + s
+        if normalize:
+            acc = acc / G
         recent = math.floor(float(p.get("recent_ratio", 0.5)) * b)
         forced = np.zeros(n, dtype=bool)
         forced[n - recent:] = True
         return _top(acc, b - recent, forced), None
     if method == "tova":
+        if p.get("heads", "group") != "group":
+            raise ConfigError("tova heads \"layer\" runs on the layer (_tova_layer)")
         acc = np.zeros(n)
         for g in range(G):
             acc = acc + _obs_weights(hd, g, W - 1)
@@ -734,6 +772,24 @@ def _evict(method, p, hd, seed):
         forced[P:] = True
         return _top(score, max(b - (n - P), 0), forced), None
     raise ConfigError("unknown eviction method %r" % method)
+
+
+def _tova_layer(p, heads):
+    """tova with heads "layer" on the _Head of every (stored) KV head of a layer: kept rows (shared) and each head's
+    index bytes (4 per kept token once per layer, split over the heads)."""
+    n = heads[0].K.shape[0]
+    for hd in heads:
+        if hd.O is None or hd.O.shape[1] == 0:
+            raise ConfigError("tova needs observation queries")
+        if not np.array_equal(hd.pos, heads[0].pos):
+            raise ConfigError("tova heads \"layer\" needs the layer's heads to hold the same rows")
+    acc, nq = np.zeros(n), 0
+    for hd in heads:
+        for g in range(hd.O.shape[0]):
+            acc = acc + _obs_weights(hd, g, hd.O.shape[1] - 1)
+            nq += 1
+    kept = _top(acc / nq, _budget(p, n))
+    return kept, [_split(4 * len(kept), len(heads), i) for i in range(len(heads))]
 
 
 def _energy_rank(S, p):
@@ -930,11 +986,18 @@ def _pipeline_layer(steps, d, l, Ka, wsum, seed):
         if method == "share_heads":
             raise ConfigError("share_heads must be the first step")
         if method in EVICTORS:
+            heads = []
             for s, x in enumerate(st):
                 hd = _Head()
                 hd.K, hd.V, hd.Ka, hd.pos, hd.w = x.X[0].S, x.X[1].S if has_v else None, x.Ka, x.pos, x.w
                 hd.O, hd.obs_pos, hd.layer, hd.head = x.O, getattr(d, "obs_pos", None), l, s
-                kept, extra = _evict(method, p, hd, seed)
+                heads.append(hd)
+            if method == "tova" and p.get("heads") == "layer":
+                kept_all, extras = _tova_layer(p, heads)
+                results = [(kept_all, e) for e in extras]
+            else:
+                results = [_evict(method, p, hd, seed) for hd in heads]
+            for x, (kept, extra) in zip(st, results):
                 n = len(kept)
                 if extra is None:
                     extra = 4 * n
@@ -987,15 +1050,22 @@ def _compress_layer(method, p, d, l, Ka, wsum, seed):
         return [tuple(r) for r in res]
     if method in EVICTORS and method not in ("sink_window", "topk_attention"):
         G = d.Hq // H
-        out = []
+        heads = []
         for h in range(H):
             hd = _Head()
             hd.K, hd.V, hd.Ka, hd.pos = d.K[l, h], None if d.V is None else d.V[l, h], Ka[l, h], np.arange(d.T)
             hd.w = None if wsum is None else wsum[l, h]
             hd.O = None if d.O is None else d.O[l, h * G:(h + 1) * G]
             hd.obs_pos, hd.layer, hd.head = getattr(d, "obs_pos", None), l, h
-            kept, extra = _evict(method, p, hd, seed)
-            nt = 2 if d.V is not None else 1
+            heads.append(hd)
+        if method == "tova" and p.get("heads") == "layer":
+            kept, extras = _tova_layer(p, heads)
+            results = [(kept, e) for e in extras]
+        else:
+            results = [_evict(method, p, hd, seed) for hd in heads]
+        out = []
+        nt = 2 if d.V is not None else 1
+        for kept, extra in results:
             out.append((None, None, kept, 2 * len(kept) * d.D * nt + (4 * len(kept) if extra is None else extra)))
         return out
     return None
@@ -1050,8 +1120,11 @@ def run_arrays(K, V=None, Q=None, experiments=(), O=None, rope=None, outlier_cha
     return run_config(cfg, per_head, data_from_arrays(K, V, Q, O, rope, outlier_channels))
 
 
-def run_config(cfg, per_head=False, data=None, cfg_dir=""):
-    """Rows of every experiment of cfg, on data (a Data, e.g. from data_from_arrays) or else on make_data(cfg)."""
+def run_config(cfg, per_head=False, data=None, cfg_dir="", layer_fn=None):
+    """Rows of every experiment of cfg, on data (a Data, e.g. from data_from_arrays) or else on make_data(cfg).
+    layer_fn(method, p, d, l, Ka, seed), when given, replaces the methods: it returns per KV head of layer l
+    (K' or None, V' or None, kept positions or None, bytes), and the metrics are measured on that (tests of other
+    formulas, e.g. tests/test_peers.py's reference implementations)."""
     d = make_data(cfg, cfg_dir) if data is None else data
     L, H, Hq, T, D, N = d.L, d.H, d.Hq, d.T, d.D, d.N
     G = Hq // H
@@ -1083,7 +1156,10 @@ def run_config(cfg, per_head=False, data=None, cfg_dir=""):
             ret = np.ones((L, Hq, N))
             rec = np.ones((L, Hq, N))
             for l in range(L):
-                layer = _compress_layer(method, p, d, l, Ka, wsum, _seed(cfg))
+                if layer_fn is not None:
+                    layer = layer_fn(method, p, d, l, Ka, _seed(cfg))
+                else:
+                    layer = _compress_layer(method, p, d, l, Ka, wsum, _seed(cfg))
                 for h in range(H):
                     K, V = d.K[l, h], None if d.V is None else d.V[l, h]
                     if layer is not None:

@@ -57,6 +57,7 @@ test_generators.py
 test_ggml.py
 test_lesson.py
 test_oracle_lesson.py
+test_peers.py
 test_plot_style.py
 test_quant.py
 test_rng_numpy.py

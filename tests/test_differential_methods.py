@@ -126,6 +126,23 @@ def fixed_configs():
                                                       {"method": "lowrank", "rank": 3},
                                                       {"method": "quantize", "bits": 4, "apply_to": "k"}]}], seed=3)
     out.append(("fixed-keys-only", keys_only, False))
+    # the peer-exact variants (README "What the peers do"; tests/test_peers.py checks them against the peers' code)
+    peers = [{"method": "h2o", "normalize": True, "recent_ratio": [0, 0.25], "budget": 24},
+             {"method": "h2o", "normalize": True, "compression_ratio": [0.5, 0.9]},
+             {"method": "tova", "heads": "layer", "budget": [1, 20]},
+             {"method": "tova", "heads": "layer", "compression_ratio": 0.7},
+             {"method": "snapkv", "compression_ratio": 0.6, "window_size": 4, "pooling": "avg"},
+             {"method": "window", "compression_ratio": 0.75},
+             {"method": "random", "compression_ratio": 0.5, "draw": 3},
+             {"method": "sink_window", "sinks": [0, 2], "compression_ratio": [0.3, 0.9]},
+             {"method": "pipeline", "steps": [{"method": "share_heads", "group": 2},
+                                              {"method": "tova", "heads": "layer", "keep_ratio": 0.5}]},
+             {"method": "pipeline", "steps": [{"method": "sink_window", "sinks": 4, "compression_ratio": 0.5},
+                                              {"method": "tova", "heads": "layer", "budget": 20},
+                                              {"method": "h2o", "normalize": True, "budget": 10}]}]
+    out.append(("fixed-peers", cfg({}, peers), False))
+    out.append(("fixed-peers-heads", cfg({"rope": {"cache": "pre"}, "observe": {"window": 30, "noise": 0.3}},
+                                         peers), True))
     values_no_query = cfg({"query": None, "observe": None},
                           [{"method": "share_heads", "group": 4}, {"method": "window", "budget": 5},
                            {"method": "pipeline", "steps": [{"method": "random", "budget": 50},

@@ -3,7 +3,9 @@
  * evict_attn.c; the shared helpers are declared in evict.h.
  *
  * sink_window      keep the first `sinks` tokens and the last `window` (StreamingLLM). Positions are implied by
- *                  the two numbers, so no index bytes are stored.
+ *                  the two numbers, so no index bytes are stored. With `compression_ratio` c instead of `window`,
+ *                  as kvpress's StreamingLLMPress (n_sink = sinks): the first `sinks` and the last
+ *                  int(T x (1 - c)) - sinks tokens.
  * window           keep the last `budget` tokens (a sliding window without sinks); no index bytes.
  * topk_attention   keep the `budget` tokens with the largest exact attention weight for the evaluated queries
  *                  (an oracle: no real cache can know the future query). Per (layer, KV head) the weight of a
@@ -14,8 +16,8 @@
  * random           keep `budget` tokens drawn uniformly without replacement, from a stream of its own:
  *                  rng = np.random.default_rng([seed, 0x72616e64, draw, layer, head]), u = rng.random(T), the
  *                  tokens with the smallest u (ties to the earlier token). The data draws are untouched.
- * Budgets: `budget` tokens or `keep_ratio` of them (evict.h). Kept-token indices are stored as int32, 4 bytes per
- * kept token per head, except for the positional sink_window and window.
+ * Budgets: `budget` tokens, `keep_ratio` of them or kvpress's `compression_ratio` (evict.h). Kept-token indices
+ * are stored as int32, 4 bytes per kept token per head, except for the positional sink_window and window.
  * Stored bytes: 2 * kept * D for K, and again for V when the cache holds values, plus the index bytes.
  */
 #include "methods/evict.h"
@@ -37,12 +39,21 @@ uint64_t evict_indexed_bytes(size_t n, const MethodInput *in) { return evict_kep
 
 /* ---- budgets ---- */
 
+size_t evict_kvpress_kept(double compression_ratio, size_t T)
+{
+    double f = (double)T * (1.0 - compression_ratio);
+    return f < 1 ? 0 : (size_t)f;
+}
+
 size_t evict_budget(const Experiment *ex, size_t T)
 {
     long b = exp_param(ex, "budget");
+    double c = exp_param_num(ex, "compression_ratio");
     size_t n;
     if (b > 0) {
         n = (size_t)b;
+    } else if (c > 0) {
+        n = evict_kvpress_kept(c, T);
     } else {
         double f = floor(exp_param_num(ex, "keep_ratio") * (double)T);
         n = f < 1 ? 1 : (size_t)f;
@@ -50,16 +61,43 @@ size_t evict_budget(const Experiment *ex, size_t T)
     return n < T ? n : T;
 }
 
+const char *evict_budget_name(const Experiment *ex)
+{
+    if (exp_param(ex, "budget") > 0) return "budget";
+    return exp_param_num(ex, "compression_ratio") > 0 ? "compression_ratio" : "keep_ratio";
+}
+
+/* compression_ratio (given, > 0): below 1, and keeping at least `least` tokens of T. */
+static int kvpress_ratio_check(const Experiment *ex, size_t T, size_t least, const char *what)
+{
+    double c = exp_param_num(ex, "compression_ratio");
+    if (c >= 1)
+        return kvc_fail("%s: compression_ratio is the fraction removed, as kvpress, and must be below 1 (got %g)",
+                        exp_param_path(ex, "compression_ratio"), c);
+    size_t n = evict_kvpress_kept(c, T);
+    if (n < least)
+        return kvc_fail("%s: compression_ratio %g keeps int(tokens x (1 - compression_ratio)) = int(%zu x %g) = %zu "
+                        "tokens, fewer than %s (got %g)", exp_param_path(ex, "compression_ratio"), c, T, 1.0 - c, n,
+                        what, c);
+    return 0;
+}
+
 int evict_budget_check(const Experiment *ex, const Dims *d)
 {
     long b = exp_param(ex, "budget");
-    double r = exp_param_num(ex, "keep_ratio");
-    if (b == 0 && r == 0)
+    double r = exp_param_num(ex, "keep_ratio"), c = exp_param_num(ex, "compression_ratio");
+    if (b == 0 && r == 0 && c == 0)
         return kvc_fail("%s: missing required parameter of %s: budget (tokens kept, 1..tokens = %zu) or keep_ratio "
-                        "(the fraction kept) (got nothing)", exp_path(ex, "budget"), ex->method->name, d->T);
+                        "(the fraction kept) or compression_ratio (the fraction removed, as kvpress) (got nothing)",
+                        exp_path(ex, "budget"), ex->method->name, d->T);
     if (b > 0 && r > 0)
         return kvc_fail("%s: give budget or keep_ratio, not both (got budget %ld and keep_ratio %g)",
                         exp_param_path(ex, "keep_ratio"), b, r);
+    if (c > 0 && (b > 0 || r > 0))
+        return kvc_fail("%s: give one of budget, keep_ratio and compression_ratio (got %s %g and compression_ratio %g)",
+                        exp_param_path(ex, "compression_ratio"), b > 0 ? "budget" : "keep_ratio",
+                        b > 0 ? (double)b : r, c);
+    if (c > 0 && kvpress_ratio_check(ex, d->T, 1, "one")) return -1;
     if (b > 0 && (unsigned long)b > d->T)
         return kvc_fail("%s: budget must be in 1..tokens = %zu (got %ld)", exp_param_path(ex, "budget"), d->T, b);
     return 0;
@@ -108,12 +146,31 @@ void evict_select(Compressed *out, const double *score, const unsigned char *for
 
 static const ParamDesc sw_params[] = {
     {.name = "sinks", .kind = PARAM_INT, .def = 4, .lo = 0, .hi = 1L << 40, .help = "first tokens always kept (attention sinks)"},
-    {.name = "window", .kind = PARAM_INT, .def = PARAM_REQUIRED, .lo = 0, .hi = 1L << 40, .help = "most recent tokens kept (required)"},
+    {.name = "window", .kind = PARAM_INT, .def = -1, .lo = 0, .hi = 1L << 40, .id_when_set = 1,
+     .help = "most recent tokens kept (required, unless compression_ratio)"},
+    EVICT_COMPRESSION_RATIO_PARAM,
 };
+
+/* The most recent tokens kept: `window`, or with compression_ratio kvpress's StreamingLLMPress
+ * (kvpress/presses/streaming_llm_press.py, score): int(T x (1 - ratio)) - sinks. */
+static size_t sw_window(const Experiment *ex, size_t T)
+{
+    double c = exp_param_num(ex, "compression_ratio");
+    if (c == 0) return (size_t)exp_param(ex, "window");
+    return evict_kvpress_kept(c, T) - (size_t)exp_param(ex, "sinks");
+}
 
 static int sw_check(const Experiment *ex, const Dims *d)
 {
     long s = exp_param(ex, "sinks"), w = exp_param(ex, "window");
+    double c = exp_param_num(ex, "compression_ratio");
+    if (w < 0 && c == 0)
+        return kvc_fail("%s: missing required parameter of sink_window: window (most recent tokens kept) or "
+                        "compression_ratio (the fraction removed, as kvpress) (got nothing)", exp_path(ex, "window"));
+    if (w >= 0 && c > 0)
+        return kvc_fail("%s: give window or compression_ratio, not both (got window %ld and compression_ratio %g)",
+                        exp_param_path(ex, "compression_ratio"), w, c);
+    if (c > 0) return kvpress_ratio_check(ex, d->T, s > 0 ? (size_t)s : 1, s > 0 ? "sinks (always kept)" : "one");
     if (s + w < 1)
         return kvc_fail("%s: sinks + window must keep at least one token (got %ld + %ld)",
                         exp_param_path(ex, "window"), s, w);
@@ -125,13 +182,12 @@ static int sw_check(const Experiment *ex, const Dims *d)
 
 static size_t sw_kept_tokens(const Experiment *ex, const Dims *d)
 {
-    (void)d;
-    return (size_t)(exp_param(ex, "sinks") + exp_param(ex, "window"));
+    return (size_t)exp_param(ex, "sinks") + sw_window(ex, d->T);
 }
 
 static int sw_apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
-    size_t s = (size_t)exp_param(ex, "sinks"), w = (size_t)exp_param(ex, "window");
+    size_t s = (size_t)exp_param(ex, "sinks"), w = sw_window(ex, in->T);
     memset(out, 0, sizeof *out);
     out->n_kept = s + w;
     out->kept = xmalloc(out->n_kept * sizeof *out->kept);
@@ -144,7 +200,7 @@ static int sw_apply(Compressed *out, const Experiment *ex, const MethodInput *in
 const MethodDesc method_sink_window = {
     .name = "sink_window",
     .factor = "tokens",
-    .summary = "keep the first `sinks` and the last `window` tokens (StreamingLLM)",
+    .summary = "keep the first `sinks` and the last `window` tokens (StreamingLLM; or kvpress's compression_ratio)",
     .params = sw_params,
     .n_params = sizeof sw_params / sizeof sw_params[0],
     .needs_query = 0,

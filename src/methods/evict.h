@@ -10,19 +10,31 @@
 
 #include "methods/methods.h"
 
-/* The two budget parameters every budgeted eviction method starts with (params[0], params[1]). */
+/* The three budget parameters every budgeted eviction method starts with (params[0..2]); exactly one is given.
+ * compression_ratio is kvpress's (kvpress/presses/scorer_press.py, ScorerPress.compress: n_kept =
+ * int(k_len * (1 - compression_ratio))), added after the first version: in row ids only when set. */
 #define EVICT_BUDGET_PARAMS                                                                                       \
     {.name = "budget", .kind = PARAM_INT, .def = 0, .lo = 0, .hi = 1L << 40,                                      \
-     .help = "tokens kept per KV head, 1..tokens; 0: use keep_ratio"},                                            \
+     .help = "tokens kept per KV head, 1..tokens; 0: use keep_ratio or compression_ratio"},                       \
     {.name = "keep_ratio", .kind = PARAM_NUM, .def = 0, .num_def = 0, .num_lo = 0, .num_hi = 1,                   \
-     .help = "fraction kept: max(1, floor(keep_ratio x tokens)); 0: use budget"}
+     .help = "fraction kept: max(1, floor(keep_ratio x tokens)); 0: use budget or compression_ratio"},            \
+    EVICT_COMPRESSION_RATIO_PARAM
+#define EVICT_COMPRESSION_RATIO_PARAM                                                                             \
+    {.name = "compression_ratio", .kind = PARAM_NUM, .def = 0, .num_def = 0, .num_lo = 0, .num_hi = 1,            \
+     .id_when_set = 1,                                                                                            \
+     .help = "fraction removed, as kvpress: int(tokens x (1 - compression_ratio)) kept, below 1; 0: not given"}
 
-/* Tokens kept out of T: `budget`, or max(1, floor(keep_ratio * T)), at most T. */
+/* Tokens kept out of T: `budget`, max(1, floor(keep_ratio * T)) or int(T * (1 - compression_ratio)), at most T. */
 size_t evict_budget(const Experiment *ex, size_t T);
-/* check(): exactly one of budget / keep_ratio is given (non-zero), and budget <= tokens. */
+/* check(): exactly one of budget / keep_ratio / compression_ratio is given (non-zero), budget <= tokens, and
+ * compression_ratio < 1 keeps at least one token. */
 int evict_budget_check(const Experiment *ex, const Dims *d);
 /* MethodDesc.kept_tokens of a budgeted method. */
 size_t evict_kept_tokens(const Experiment *ex, const Dims *d);
+/* int(T * (1 - compression_ratio)) as kvpress computes it (Python's int() of a double: toward zero). */
+size_t evict_kvpress_kept(double compression_ratio, size_t T);
+/* The parameter a message about the budget names: the one of budget / keep_ratio / compression_ratio given. */
+const char *evict_budget_name(const Experiment *ex);
 
 /* FP16 bytes of n kept rows of every tensor the cache holds. */
 uint64_t evict_kept_bytes(size_t n, const MethodInput *in);

@@ -9,13 +9,20 @@
  *
  * h2o     acc[t] = sum over g, then j of a[g, j, t] (accumulated attention, heavy hitters). Keeps the last
  *         n_recent = floor(recent_ratio x budget) rows and the budget - n_recent others with the largest acc.
+ *         normalize (kvpress's ObservedAttentionPress, kvpress/presses/observed_attention_press.py, score): per g,
+ *         s_g[t] = (sum over j of a[g, j, t]) / n[t], n[t] = the observation queries that see row t (position
+ *         obs_pos[j] >= that of t; a row none sees scores 0); acc[t] = (sum over g of s_g[t]) / G'.
  * snapkv  the observation window: the last `window_size` queries (0: all W), and the rows at or after the first
  *         of them (always kept). Per g: v[t] = sum over the window's queries of a[g, j, t] on the rows before
  *         it (the prefix, P rows); pooled over the prefix with `kernel_size` k (odd), h = k // 2:
  *         max: max(v[t-h .. t+h] within the prefix); avg: sum(v[t-h .. t+h] within the prefix) / k (padding counts
  *         as zeros, PyTorch's count_include_pad). score[t] = sum over g of the pooled v. Keeps the window rows and
  *         the budget - (rows in the window) prefix rows with the largest score.
- * tova    score[t] = sum over g of a[g, W-1, t] (the last observation query); keeps the `budget` largest.
+ * tova    heads "group": score[t] = sum over g of a[g, W-1, t] (the last observation query); keeps the `budget`
+ *         largest. heads "layer" (TOVA's own, schwartz-lab-NLP/TOVA src/tova_cache.py, TOVACache.reduce; kvpress's
+ *         TOVAPress): the mean over every query head of the layer (KV head h in order, then g) of a[g, W-1, t],
+ *         one selection kept by every KV head of the layer (MethodDesc.apply_layer); the heads must hold the same
+ *         rows (not after a per-head eviction in a pipeline). Its int32 index is stored once per layer.
  * Ties go to the earlier row. Index bytes: int32 per kept token. See evict.c for budgets and bytes.
  */
 #include "methods/evict.h"
@@ -23,6 +30,7 @@
 #include "base/util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +75,9 @@ static const ParamDesc h2o_params[] = {
     EVICT_BUDGET_PARAMS,
     {.name = "recent_ratio", .kind = PARAM_NUM, .def = 0, .num_def = 0.5, .num_lo = 0, .num_hi = 1,
      .help = "share of the budget given to the most recent tokens: floor(recent_ratio x budget); the rest are heavy hitters"},
+    {.name = "normalize", .kind = PARAM_BOOL, .def = 0, .id_when_set = 1,
+     .help = "divide each token's accumulated attention by the observation queries that saw it, then average over "
+             "the query heads (kvpress's ObservedAttentionPress; with recent_ratio 0)"},
 };
 
 static int h2o_apply(Compressed *out, const Experiment *ex, const MethodInput *in)
@@ -75,16 +86,30 @@ static int h2o_apply(Compressed *out, const Experiment *ex, const MethodInput *i
     if (runtime_observe(ex, in)) return -1;
     size_t T = in->T, budget = evict_budget(ex, T);
     size_t recent = (size_t)floor(exp_param_num(ex, "recent_ratio") * (double)budget);
-    double *acc = xcalloc(T, sizeof *acc), *w = xmalloc(T * sizeof *w);
-    for (size_t g = 0; g < in->n_obs_heads; g++)
+    int normalize = exp_param(ex, "normalize") != 0;
+    double *acc = xcalloc(T, sizeof *acc), *w = xmalloc(T * sizeof *w), *s = NULL, *seen = NULL;
+    if (normalize) {   /* seen[t]: observation queries at or after row t's position */
+        s = xmalloc(T * sizeof *s);
+        seen = xcalloc(T, sizeof *seen);
+        for (size_t j = 0; j < in->n_obs; j++)
+            for (size_t t = 0, c = visible_rows(in, j); t < c; t++) seen[t] = seen[t] + 1.0;
+    }
+    for (size_t g = 0; g < in->n_obs_heads; g++) {
+        double *sum = normalize ? s : acc;
+        if (normalize) memset(s, 0, T * sizeof *s);
         for (size_t j = 0; j < in->n_obs; j++) {
             obs_weights(w, in, g, j);
-            for (size_t t = 0; t < T; t++) acc[t] = acc[t] + w[t];
+            for (size_t t = 0; t < T; t++) sum[t] = sum[t] + w[t];
         }
+        if (normalize)
+            for (size_t t = 0; t < T; t++) acc[t] = acc[t] + (seen[t] > 0 ? s[t] / seen[t] : 0.0);
+    }
+    if (normalize)
+        for (size_t t = 0; t < T; t++) acc[t] = acc[t] / (double)in->n_obs_heads;
     unsigned char *forced = xcalloc(T, 1);
     for (size_t t = T - recent; t < T; t++) forced[t] = 1;
     evict_select(out, acc, forced, T, budget - recent);
-    free(acc); free(w); free(forced);
+    free(acc); free(w); free(s); free(seen); free(forced);
     out->bytes = evict_indexed_bytes(out->n_kept, in);
     return 0;
 }
@@ -92,7 +117,8 @@ static int h2o_apply(Compressed *out, const Experiment *ex, const MethodInput *i
 const MethodDesc method_h2o = {
     .name = "h2o",
     .factor = "tokens",
-    .summary = "heavy hitters by accumulated attention of the observation queries + a recent window (H2O); int32 indices",
+    .summary = "heavy hitters by accumulated attention of the observation queries + a recent window (H2O; normalize: "
+               "kvpress's ObservedAttentionPress); int32 indices",
     .params = h2o_params,
     .n_params = sizeof h2o_params / sizeof h2o_params[0],
     .check = observe_check,
@@ -135,7 +161,7 @@ static int snap_check(const Experiment *ex, const Dims *d)
     size_t w = snap_window(ex, d->n_obs), b = evict_budget(ex, d->T);
     if (b < w)
         return kvc_fail("%s: the budget (%zu tokens) must hold the observation window of %zu tokens, which is "
-                        "always kept (got budget %zu)", exp_param_path(ex, ex->p[0] ? "budget" : "keep_ratio"), b, w, b);
+                        "always kept (got budget %zu)", exp_param_path(ex, evict_budget_name(ex)), b, w, b);
     return 0;
 }
 
@@ -191,9 +217,18 @@ const MethodDesc method_snapkv = {
 
 /* ---- tova ---- */
 
-static const ParamDesc tova_params[] = {EVICT_BUDGET_PARAMS};
+static const char *const heads_choices[] = {"group", "layer", NULL};
+enum { HEADS_GROUP = 0, HEADS_LAYER = 1 };
 
-static int tova_apply(Compressed *out, const Experiment *ex, const MethodInput *in)
+static const ParamDesc tova_params[] = {
+    EVICT_BUDGET_PARAMS,
+    {.name = "heads", .kind = PARAM_ENUM, .def = HEADS_GROUP, .choices = heads_choices, .id_when_set = 1,
+     .help = "group: each KV head sums its query heads; layer: TOVA's own, the mean over the layer's query heads, "
+             "one selection for every KV head of the layer"},
+};
+
+/* heads "group": one KV head. */
+static int tova_group(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
     memset(out, 0, sizeof *out);
     if (runtime_observe(ex, in)) return -1;
@@ -209,14 +244,63 @@ static int tova_apply(Compressed *out, const Experiment *ex, const MethodInput *
     return 0;
 }
 
+/* The first row at which KV heads a and b hold different tokens (positions), or SIZE_MAX: the same rows. */
+static size_t first_other_row(const MethodInput *a, const MethodInput *b)
+{
+    size_t n = a->T < b->T ? a->T : b->T;
+    for (size_t t = 0; t < n; t++)
+        if (evict_pos(a, t) != evict_pos(b, t)) return t;
+    return a->T == b->T ? SIZE_MAX : n;
+}
+
+static int tova_layer(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H)
+{
+    if (exp_param(ex, "heads") == HEADS_GROUP) {
+        for (size_t h = 0; h < H; h++)
+            if (tova_group(&out[h], ex, &in[h])) return -1;
+        return 0;
+    }
+    size_t T = in[0].T, n_q = 0;
+    for (size_t h = 0; h < H; h++) {
+        if (runtime_observe(ex, &in[h])) return -1;
+        size_t r = first_other_row(&in[0], &in[h]);
+        if (r != SIZE_MAX)
+            return kvc_fail("%s (layer %zu): heads \"layer\" keeps one set of tokens for every KV head of the layer, "
+                            "but KV head %zu holds other tokens than KV head 0 (an earlier pipeline step evicted per "
+                            "head) (got %zu and %zu rows, the first difference at row %zu)", ex->method->name,
+                            in[0].layer, h, T, in[h].T, r);
+    }
+    double *score = xcalloc(T, sizeof *score), *w = xmalloc(T * sizeof *w);
+    for (size_t h = 0; h < H; h++)
+        for (size_t g = 0; g < in[h].n_obs_heads; g++, n_q++) {
+            obs_weights(w, &in[h], g, in[h].n_obs - 1);
+            for (size_t t = 0; t < T; t++) score[t] = score[t] + w[t];
+        }
+    for (size_t t = 0; t < T; t++) score[t] = score[t] / (double)n_q;
+    evict_select(&out[0], score, NULL, T, evict_budget(ex, T));
+    free(score); free(w);
+    size_t n = out[0].n_kept;
+    for (size_t h = 0; h < H; h++) {
+        if (h > 0) {
+            out[h].n_kept = n;
+            out[h].kept = xmalloc((n ? n : 1) * sizeof *out[h].kept);
+            memcpy(out[h].kept, out[0].kept, n * sizeof *out[h].kept);
+        }
+        out[h].bytes = evict_kept_bytes(n, &in[h]) + method_split_bytes(4 * (uint64_t)n, H, h);
+    }
+    return 0;
+}
+
 const MethodDesc method_tova = {
     .name = "tova",
     .factor = "tokens",
-    .summary = "keep the tokens the last observation query attends to most (TOVA); int32 indices",
+    .summary = "keep the tokens the last observation query attends to most (TOVA; heads \"layer\": one selection "
+               "per layer, as TOVA's own code); int32 indices",
     .params = tova_params,
     .n_params = sizeof tova_params / sizeof tova_params[0],
     .check = observe_check,
-    .apply = tova_apply,
+    .apply = method_apply_one_head,
+    .apply_layer = tova_layer,
     .evicts = 1,
     .kept_tokens = evict_kept_tokens,
 };
