@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 #include "base/linalg.h"
+#include "cli/provenance.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -54,6 +55,7 @@ static int finish(int rc)
 int main(int argc, char **argv)
 {
     la_init();
+    prov_argc = argc, prov_argv = argv;
     if (argc < 2) {
         cmd_usage_main(stderr);
         return EXIT_USAGE;

@@ -3,12 +3,14 @@
  * and which of them run (src/report/sweep.h). */
 #include "cli/cli.h"
 #include "base/util.h"
+#include "cli/provenance.h"
 #include "config/config.h"
 #include "data/load.h"
 #include "data/synth.h"
 #include "eval/evaluate.h"
 #include "eval/timing.h"
 #include "report/report.h"
+#include "report/results.h"
 #include "report/sweep.h"
 
 #include <stdio.h>
@@ -71,6 +73,36 @@ const OptSpec cmd_run_opts[] = {
     [RUN_QUIET] = {"-q", "--quiet", 0},
     {NULL, NULL, 0},
 };
+
+/* The RUN record of the sidecar: the common part, the config file as read with the --set values, the options. */
+static cJSON *run_provenance(const char *path, char **sets, size_t n_sets, Format fmt, int fmt_given, int per_head,
+                             int timing, size_t threads, size_t repeat, const SweepOpts *so)
+{
+    cJSON *run = prov_run_new();
+    cJSON *file = prov_file(path);
+    cJSON *cfg = file ? file : cJSON_CreateObject();
+    if (!file) cJSON_AddStringToObject(cfg, "path", path);   /* read once already; gone or unreadable since */
+    cJSON *set = cJSON_AddArrayToObject(cfg, "sets");
+    for (size_t i = 0; i < n_sets; i++) cJSON_AddItemToArray(set, cJSON_CreateString(sets[i]));
+    cJSON_AddItemToObject(run, "config", cfg);
+    cJSON *o = cJSON_AddObjectToObject(run, "options");
+    static const char *const names[] = {"table", "csv", "jsonl"};
+    if (!fmt_given) results_format_of_name(so->out, &fmt);   /* sweep_open has checked that it names one */
+    cJSON_AddStringToObject(o, "format", names[fmt]);
+    cJSON_AddBoolToObject(o, "per_head", per_head);
+    cJSON_AddBoolToObject(o, "timing", timing && !per_head);
+    cJSON_AddNumberToObject(o, "threads", (double)threads);
+    cJSON_AddNumberToObject(o, "timing_repeat", (double)repeat);
+    cJSON_AddBoolToObject(o, "resume", so->resume);
+    if (so->shard_n) {
+        char sh[48];
+        snprintf(sh, sizeof sh, "%zu/%zu", so->shard_i, so->shard_n);
+        cJSON_AddStringToObject(o, "shard", sh);
+    } else {
+        cJSON_AddNullToObject(o, "shard");
+    }
+    return run;
+}
 
 int cmd_run(int argc, char **argv)
 {
@@ -187,6 +219,20 @@ int cmd_run(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
+    /* --out FILE: FILE.meta.json says what made the rows (provenance.h), written now and again at the end */
+    cJSON *prov = so.out ? run_provenance(path, sets, n_sets, fmt, fmt_given, per_head, timing, threads, repeat, &so)
+                         : NULL;
+    cJSON *prov_before = prov && so.resume ? prov_sidecar_runs(so.out) : NULL;   /* the runs that wrote FILE */
+    if (prov && prov_sidecar(so.out, prov_before, prov)) {
+        fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+        cJSON_Delete(prov);
+        cJSON_Delete(prov_before);
+        sweep_close(sw, 0);
+        data_free(&d);
+        config_free(&cfg);
+        free(sets);
+        return EXIT_RUNTIME;
+    }
     Reference ref;
     eval_reference(&ref, &d);
     /* --per-head rows carry no timing (a decode step is over every head) */
@@ -220,6 +266,15 @@ int cmd_run(int argc, char **argv)
     if (sweep_close(sw, rc == EXIT_OK)) {   /* the table, rename, fsync */
         fprintf(stderr, "kvc: %s\n", kvc_errmsg());
         rc = EXIT_RUNTIME;
+    }
+    if (prov) {   /* a table exists only now */
+        prov_run_finish(prov, rc);
+        if (prov_sidecar(so.out, prov_before, prov)) {
+            fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+            rc = EXIT_RUNTIME;
+        }
+        cJSON_Delete(prov);
+        cJSON_Delete(prov_before);
     }
     free(rows);
     timing_free(tm);
