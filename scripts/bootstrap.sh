@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 # parallel (GNU parallel) and gnuplot-nox: scripts/sweep-parallel.sh, scripts/plot-*.sh and their tests
-PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox valgrind"
+PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox valgrind bash-completion"
 
 missing=""
 for p in $PKGS; do

@@ -66,6 +66,7 @@ int main(int argc, char **argv)
         cmd_usage_main(stdout);
         return finish(EXIT_OK);
     }
+    if (strcmp(name, "__complete") == 0) return finish(cmd_complete(argc - 1, argv + 1));   /* hidden: complete.c */
     const Command *c = cmd_find(name);
     if (!c) {
         const char *names[16];
