@@ -532,8 +532,10 @@ int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
         return json_bad(c, "data.q_heads", json_member(data, "q_heads"),
                         "must be a multiple of kv_heads = %ld (GQA groups)", H);
     if ((unsigned long)L * (unsigned long)H * (unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
-        return json_bad(c, json_member(data, "layers") ? "data.layers" : "data.kv_heads",
-                   json_member(data, "layers") ? json_member(data, "layers") : json_member(data, "kv_heads"),
+        return json_bad(c, json_member(data, "layers") ? "data.layers" : ms && !json_member(data, "kv_heads") ?
+                   "data.tokens" : "data.kv_heads",   /* a shape's sizes are fixed: fewer tokens is the way out */
+                   json_member(data, "layers") ? json_member(data, "layers") : ms && !json_member(data, "kv_heads") ?
+                   json_member(data, "tokens") : json_member(data, "kv_heads"),
                    "layers x kv_heads x tokens x head_dim = %ld x %ld x %ld x %ld exceeds the limit of %lu numbers "
                    "per tensor", L, H, T, D, CONFIG_MAX_NUMBERS);
     cfg->dims.T = (size_t)T;

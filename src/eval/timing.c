@@ -13,10 +13,13 @@ struct Timing {
     int have_base;
     struct Measured {      /* every form measured so far: one measurement per distinct form and run */
         DecodeForm f;
-        double ns, speedup;
+        double ns, speedup, mad;
     } *done;
     size_t n_done, cap_done;
+    double last_mad;       /* the MAD of the form timing_measure measured (or found) last */
 };
+
+double timing_last_mad(const Timing *tm) { return tm->last_mad; }
 
 StoreFormat timing_decode_format(StoreFormat f, size_t T, size_t W)
 {
@@ -166,6 +169,7 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
         if (timing_same_form(&tm->done[i].f, f)) {   /* the same cache: the same step */
             *ns = tm->done[i].ns;
             *speedup = tm->done[i].speedup;
+            tm->last_mad = tm->done[i].mad;
             return 0;
         }
     if (!tm->have_base) {
@@ -180,8 +184,8 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
     TimedCache c;
     if (timing_build(&c, d, f)) return -1;
     double ns_base = 0.0;
-    int rc = decode_time_pair(ns, &ns_base, &c.c, &tm->base.c, d->Hq, tm->q, tm->threads, tm->repeat,
-                              d->V ? DECODE_FULL : DECODE_KEYS);
+    int rc = decode_time_pair_mad(ns, &ns_base, &tm->last_mad, &c.c, &tm->base.c, d->Hq, tm->q, tm->threads,
+                                  tm->repeat, d->V ? DECODE_FULL : DECODE_KEYS);
     timing_cache_free(&c);
     if (rc) return -1;
     if (!(*ns > 0) || !(ns_base > 0))
@@ -195,6 +199,6 @@ int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup)
         free(tm->done);
         tm->done = m;
     }
-    tm->done[tm->n_done++] = (struct Measured){*f, *ns, *speedup};
+    tm->done[tm->n_done++] = (struct Measured){*f, *ns, *speedup, tm->last_mad};
     return 0;
 }

@@ -47,6 +47,9 @@ void timing_free(Timing *tm);   /* NULL-safe */
  * cannot hold, e.g. a q8_0 row that is not a multiple of 32; threads that cannot start; a median of 0 ns);
  * kvc run then leaves the cells empty with that message as its note. */
 int timing_measure(Timing *tm, const DecodeForm *f, double *ns, double *speedup);
+/* The spread of the *ns timing_measure gave last: the median absolute deviation of the form's step times from
+ * their median, in nanoseconds (kvc run's decode_ns_mad). */
+double timing_last_mad(const Timing *tm);
 
 /* The stored form of one (layer, KV head) whose method output is c: the default of methods.h DecodeForm, then
  * the method's decode_form ("the method has no decode form" in none for a method without one that does not
