@@ -638,6 +638,34 @@ def size_and_provenance_checks():
     report("provenance-table-sidecar", None if rc == 0 and load(table + ".meta.json")["runs"][0]["options"]["format"]
            == "table" else "exit %d %s" % (rc, short(err)))
 
+    # kvc bench: JSON rows (the CSV's columns, ms_mad and outliers), the provenance in json, --csv-file's sidecar
+    tiny = ["bench", "--tokens", "1Ki", "--kv-heads", "1", "--head-dim", "32", "--formats", "f16,q8_0", "--threads",
+            "1", "--repeat", "5", "--naive-repeat", "0", "--bw-mib", "4"]
+    rc, out, err = run(tiny + ["--format", "csv"])
+    header = out.split("\n")[0].split(",") if rc == 0 else []
+    rc, out, err = run(tiny + ["--format", "jsonl"])
+    objs = [json.loads(x) for x in out.splitlines()] if rc == 0 else []
+    report("bench-jsonl", None if len(objs) == 2 and header and all(
+        set(header) | {"ms_mad", "outliers"} == set(o) and o["tokens"] == 1024 and o["ms_mad"] >= 0 and
+        isinstance(o["outliers"], int) and o["naive_ms"] is None for o in objs)
+        else "exit %d %s %r" % (rc, short(err), objs[:1]))
+    rc, out, err = run(tiny + ["--format", "json"])
+    j = json.loads(out) if rc == 0 else {}
+    report("bench-json", None if len(j.get("results", [])) == 2 and j.get("provenance", {}).get("plan", {}).get(
+        "tokens") == 1024 and j["provenance"]["bandwidth"][0]["threads"] == 1 and j["provenance"]["kvc"]["commit"]
+        else "exit %d %s %s" % (rc, short(err), short(j)))
+    bcsv = os.path.join(TMP, "bench.csv")
+    rc, out, err = run(tiny + ["--format", "csv", "--csv-file", bcsv])
+    bm = load(bcsv + ".meta.json") if rc == 0 and os.path.exists(bcsv + ".meta.json") else {}
+    report("bench-csv-file-sidecar", None if bm.get("file") == bcsv and bm["runs"][0]["plan"]["repeat"] == 5 and
+           open(bcsv).read() == out else "exit %d %s %s" % (rc, short(err), short(bm)))
+    rc, out, err = run(tiny)
+    head = next((ln for ln in out.split("\n") if ln.startswith("format ")), "")
+    report("bench-table-outliers-column", None if rc == 0 and head.split()[-1] == "outl" and
+           re.search(r"^# kvc \S+ \(commit \S+\) bench$", out, re.M) else "exit %d %s" % (rc, short(out)))
+    err_case("bench-format-xml", ["bench", "--format", "xml"], "bench: --format", ("table, csv, json or jsonl",),
+             '"xml"')
+
 
 if __name__ == "__main__":
     try:
