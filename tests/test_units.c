@@ -1260,7 +1260,7 @@ static void test_report(void)
     f = tmpfile();
     report_row(f, FORMAT_CSV, &r1, "0123456789abcdef");
     s = slurp(f);
-    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2,,,,,,,,,0123456789abcdef\n";
+    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2,,,,,,,,,,0123456789abcdef\n";
     check(strcmp(s, want) == 0, "report_csv_quoting_and_empty_cells", "expected %s got %s", want, s);
     free(s);
     fclose(f);
@@ -1282,7 +1282,7 @@ static void test_report(void)
         f = tmpfile();
         report_row(f, FORMAT_CSV, &r, "0123456789abcdef");
         s = slurp(f);
-        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,,,,,,,,,,0123456789abcdef\n", q[k].field);
+        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,,,,,,,,,,,0123456789abcdef\n", q[k].field);
         snprintf(nm, sizeof nm, "report_csv_field_%zu", k);
         check(strcmp(s, w2) == 0, nm, "expected [%s] got [%s]", w2, s);
         free(s);
