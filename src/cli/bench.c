@@ -323,7 +323,13 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON_AddNumberToObject(p, "repeat", o->repeat);
     cJSON_AddNumberToObject(p, "naive_repeat", o->naive_repeat);
     cJSON_AddNumberToObject(p, "bw_mib", (double)o->bw_mib);
-    cJSON_AddNumberToObject(p, "seed", (double)o->seed);
+    if (o->seed <= (1ULL << 53)) {
+        cJSON_AddNumberToObject(p, "seed", (double)o->seed);
+    } else {   /* beyond exact doubles: the decimal string */
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+        cJSON_AddStringToObject(p, "seed", seed);
+    }
     cJSON *bw = cJSON_AddArrayToObject(run, "bandwidth");
     for (size_t k = 0; k < o->n_threads; k++) {
         cJSON *b = cJSON_CreateObject();
