@@ -112,45 +112,46 @@ cases = [
      ["run", "configs/practice.json", "--set", "data.tokens=7"]),   # 7 typed after the completion
 ]
 
-def interact(typed, tail):
+def interact(typed, tail, want_s):
+    """Types everything at once (readline completes at the TAB before it reads on) and reads until the printed
+    words appear, or 20 s."""
     pid, fd = pty.fork()
     if pid == 0:
         env = dict(os.environ, PS1="$ ", TERM="dumb", INPUTRC="/dev/null", HISTFILE="/dev/null")
         os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], env)
-    out = b""
-    def send(s, wait=0.3):
-        nonlocal out
-        os.write(fd, s.encode())
-        end = time.time() + wait
-        while time.time() < end:
-            r, _, _ = select.select([fd], [], [], 0.05)
-            if r:
-                try:
-                    out += os.read(fd, 65536)
-                except OSError:
-                    return
-    send("bind 'set bell-style none'\n")
+    keys = "bind 'set bell-style none'\n"
     if bc:
-        send(". %s\n" % bc, 2.0)
-    send(". scripts/kvc-completion.bash\n")
-    send("%s %s\t" % (kvc, typed), 2.0)
-    # start of the line, then a command that prints each word the shell passes, and a marker
-    send(tail + "\x01printf '<%s>' \x05; echo '<end>'\n", 1.0)
-    send("exit\n", 0.5)
+        keys += ". %s\n" % bc
+    keys += ". scripts/kvc-completion.bash\n"
+    # the line and TAB; then the start of the line, a command that prints each word the shell passes, a marker
+    keys += "%s %s\t%s\x01printf '<%%s>' \x05; echo '<end>'\nexit\n" % (kvc, typed, tail)
+    os.write(fd, keys.encode())
+    out, end = b"", time.time() + 20
+    while time.time() < end and want_s.encode() not in out and b"<end>\r\n" not in out.split(b"echo '<end>'")[-1]:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
     try:
+        os.kill(pid, 9)
         os.waitpid(pid, 0)
-    except ChildProcessError:
+    except (ProcessLookupError, ChildProcessError):
         pass
     return out.decode("utf-8", "replace")
 
 fail = 0
 for name, typed, want in cases:
+    want_s = "<%s>" % kvc + "".join("<%s>" % w for w in want) + "<end>"
     try:
-        text = interact(typed, "7" if name.endswith("path") else "")
+        text = interact(typed, "7" if name.endswith("path") else "", want_s)
     except OSError as e:
         print("SKIP completion-%s: no pseudo-terminal here (%s)" % (name, e))
         continue
-    want_s = "<%s>" % kvc + "".join("<%s>" % w for w in want) + "<end>"
     if want_s in text:
         print("PASS completion-%s" % name)
     else:
