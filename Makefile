@@ -57,6 +57,19 @@ $(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -fno-sanitize=undefined
 endif
 $(BUILD)/src/cli/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
 
+# The commit kvc is built from, for kvc --version and the provenance of result files (src/cli/provenance.c):
+# `git describe --always --dirty` (a -dirty suffix: tracked files differ from the commit), "unknown" outside a git
+# checkout; `make KVC_COMMIT=...` sets it. provenance.o is rebuilt when it changes ($(BUILD)/commit.txt).
+KVC_COMMIT ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/commit.txt: FORCE
+	@mkdir -p $(dir $@)
+	@if [ "$$(cat $@ 2>/dev/null)" != '$(KVC_COMMIT)' ]; then echo '$(KVC_COMMIT)' > $@; fi
+$(BUILD)/src/cli/provenance.o: $(BUILD)/commit.txt
+$(BUILD)/src/cli/provenance.o: CFLAGS += -DKVC_COMMIT='"$(KVC_COMMIT)"' \
+    -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
+.PHONY: FORCE
+FORCE:
+
 # C unit tests: each tests/NAME.c links every module but the commands (src/cli/).
 $(BUILD)/tests/%: tests/%.c $(LIBOBJ)
 	@mkdir -p $(dir $@)

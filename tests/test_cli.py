@@ -138,7 +138,7 @@ def main():
         ok_case("help-run[%s]" % " ".join(args), args, ("--set PATH=JSON", "--format"), stdout_re=run_usage)
     for args in (["help", "size"], ["size", "--help"], ["size", "-h"], ["size", "--head-dim", "x", "--help"]):
         ok_case("help-size[%s]" % " ".join(args), args, ("--head-dim D", "--k-bits"),
-                stdout_re=r"^usage: kvc size --head-dim D")
+                stdout_re=r"^usage: kvc size \(--head-dim D \| --model NAME\)")
     for args in (["help", "methods"], ["methods", "--help"], ["help", "help"]):
         ok_case("help-cmd[%s]" % " ".join(args), args, stdout_re=r"^usage: kvc (methods|help)")
     # -h/--help is answered once for every command (src/cli/main.c): kvc CMD --help is kvc help CMD, byte for
@@ -162,9 +162,11 @@ def main():
                                               "share_heads", "pipeline"]
            else "method list %r" % names)
 
+    # --version: "kvc VERSION" alone on the first line, then commit, compiler, flags, BLAS build, decode kernels
     for flag in ("--version", "-V"):
         rc, out, err = run([flag])
-        m = re.match(r"^kvc (\d+\.\d+\.\d+)\n$", out)
+        m = re.match(r"^kvc (\d+\.\d+\.\d+)\ncommit:   \S+\ncompiler: .+\nflags:    .+\nblas:     .+ \(core .+\)\n"
+                     r"kernels:  (avx2|scalar) .*\n$", out)
         why = None
         if rc != 0 or err or not m:
             why = "exit %d stdout %s stderr %s" % (rc, short(out), short(err))
@@ -444,7 +446,12 @@ def main():
     err_case("run-no-config-only-options", ["run", "--format", "csv"], "run", ("missing the config file",),
              "nothing")
     err_case("help-unknown-command", ["help", "rn"], "help", ("unknown command",), '"rn"')
-    err_case("methods-extra-arg", ["methods", "x"], "methods", ("takes no arguments",), '"x"')
+    err_case("methods-unknown-name", ["methods", "quantise"], "methods", ('unknown method; did you mean "quantize"?',),
+             '"quantise"')
+    err_case("methods-two-names", ["methods", "kivi", "h2o"], "methods", ("one method name at most",),
+             '"h2o" after "kivi"')
+    err_case("methods-format-xml", ["methods", "--format", "xml"], "methods: --format", ("text, json or jsonl",),
+             '"xml"')
     # the top-level unknown-command message has no <where>; check it the same way otherwise
     for name, word, near in (("unknown-command", "rn", "run"), ("unknown-command-2", "sizes", "size"),
                              ("unknown-command-3", "method", "methods")):
@@ -456,8 +463,8 @@ def main():
 
     # ------------------------------------------------------------------ kvc size: bad flags
     size_bad = [
-        ("size-no-head-dim", [], "size", ("--head-dim is required",), "nothing"),
-        ("size-no-head-dim-other-flags", ["--layers", "2"], "size", ("--head-dim is required",), "nothing"),
+        ("size-no-head-dim", [], "size", ("--head-dim or --model is required",), "nothing"),
+        ("size-no-head-dim-other-flags", ["--layers", "2"], "size", ("--head-dim or --model is required",), "nothing"),
         ("size-head-dim-no-value", ["--head-dim"], "size", ("missing value after --head-dim",), "nothing"),
         ("size-head-dim-word", ["--head-dim", "abc"], "size: --head-dim", ("1..65536",), '"abc"'),
         ("size-head-dim-negative", ["--head-dim", "-5"], "size: --head-dim", ("1..65536",), '"-5"'),
@@ -474,8 +481,22 @@ def main():
          '"1099511627777"'),
         ("size-unknown-flag", ["--head-dim", "64", "--heads", "8"], "size", ("unknown option",), '"--heads"'),
         ("size-positional", ["--head-dim", "64", "8"], "size", ("unknown option",), '"8"'),
-        ("size-format-json", ["--head-dim", "64", "--format", "json"], "size: --format", ("table or csv",),
-         '"json"'),
+        ("size-format-xml", ["--head-dim", "64", "--format", "xml"], "size: --format", ("table, csv, json or jsonl",),
+         '"xml"'),
+        ("size-model-unknown", ["--model", "llama3-8b"], "size: --model", ('did you mean "llama-3-8b"?',),
+         '"llama3-8b"'),
+        ("size-model-contradicted", ["--model", "llama-3-8b", "--kv-heads", "32"], "size: --kv-heads",
+         ("contradicts --model llama-3-8b (kv-heads 8)",), "32"),
+        ("size-baseline-both", ["--model", "llama-3-8b", "--baseline-kv-heads", "32", "--baseline-model",
+                                "llama-2-7b"], "size", ("leave out one of the two",), "both"),
+        ("size-baseline-model-unknown", ["--head-dim", "64", "--baseline-model", "gpt-5"], "size: --baseline-model",
+         ("unknown model",), '"gpt-5"'),
+        ("size-tokens-ambiguous-K", ["--head-dim", "64", "--tokens", "4K"], "size: --tokens",
+         ("k M G T (x 1000^n)", "Ki Mi Gi Ti (x 1024^n)"), '"4K"'),
+        ("size-tokens-fraction", ["--head-dim", "64", "--tokens", "1.5k"], "size: --tokens", (), '"1.5k"'),
+        ("size-tokens-suffix-alone", ["--head-dim", "64", "--tokens", "k"], "size: --tokens", (), '"k"'),
+        ("size-tokens-suffix-overflow", ["--head-dim", "64", "--tokens", "2Ti"], "size: --tokens", ("1..1099511627776",),
+         '"2Ti"'),
         ("size-format-missing", ["--head-dim", "64", "--format"], "size", ("missing value after --format",),
          "nothing"),
         ("size-overflow", ["--head-dim", "65536", "--layers", "1048576", "--kv-heads", "1048576", "--tokens",
@@ -483,7 +504,167 @@ def main():
     ]
     for name, args, where, what, got in size_bad:
         err_case(name, ["size"] + args, where, what, got)
+
+    size_and_provenance_checks()
     return checks.status()
+
+
+def size_and_provenance_checks():
+    """kvc size's model shapes, baselines, suffixes and JSON; kvc methods NAME and JSON; run/merge provenance."""
+    # the lesson's legal assistant in one command: 60,000 tokens, Llama-3-8B shape, FP8, against 32 KV heads in FP16
+    lesson = ["size", "--model", "llama-3-8b", "--tokens", "60k", "--k-bits", "8", "--v-bits", "8",
+              "--baseline-kv-heads", "32"]
+    out = ok_case("size-lesson-one-command", lesson,
+                  ("model: llama-3-8b (meta-llama/Meta-Llama-3-8B)", "3932160000 B  (3.66 GiB)",
+                   "31457280000 B  (29.30 GiB)", "8.00x"))
+    rc, out, err = run(lesson + ["--format", "json"])
+    try:
+        j = json.loads(out)
+    except ValueError:
+        j = {}
+    want = {"model": "llama-3-8b", "q_heads": 32, "layers": 32, "kv_heads": 8, "head_dim": 128, "tokens": 60000,
+            "total_bytes": 3932160000, "fp16_total_bytes": 7864320000, "ratio": 2, "baseline_model": None,
+            "baseline_kv_heads": 32, "baseline_total_bytes": 31457280000, "baseline_ratio": 8}
+    bad = {k: (j.get(k), v) for k, v in want.items() if j.get(k, "missing") != v}
+    report("size-json", None if rc == 0 and not err and not bad else "exit %d %s: %r" % (rc, short(err), bad))
+    rc, out2, err = run(lesson + ["--format", "jsonl"])
+    report("size-jsonl-one-line-same-object", None if rc == 0 and out2.count("\n") == 1 and json.loads(out2) == j
+           else "exit %d %s" % (rc, short(out2)))
+    rows = csv_rows(run(lesson + ["--format", "csv"])[1])
+    report("size-csv-extra-columns", None if len(rows) == 1 and list(rows[0])[-7:] == [
+        "model", "q_heads", "baseline_layers", "baseline_kv_heads", "baseline_head_dim", "baseline_total_bytes",
+        "baseline_ratio"] and rows[0]["baseline_total_bytes"] == "31457280000" and rows[0]["baseline_ratio"] == "8"
+        else "rows %r" % rows)
+    plain = csv_rows(run(["size", "--head-dim", "64", "--format", "csv"])[1])
+    report("size-csv-plain-unchanged", None if len(plain) == 1 and list(plain[0])[-1] == "ratio" else "%r" % plain)
+    # suffixes: k M G T are powers of 1000, Ki Mi Gi Ti powers of 1024
+    for text, n in (("4k", 4000), ("64Ki", 65536), ("1M", 10 ** 6), ("2Mi", 2 << 20), ("1G", 10 ** 9),
+                    ("1Gi", 1 << 30), ("1T", 10 ** 12), ("1Ti", 1 << 40), ("4096", 4096)):
+        r = csv_rows(run(["size", "--head-dim", "64", "--tokens", text, "--format", "csv"])[1])
+        report("size-tokens-suffix[%s]" % text, None if r and r[0]["tokens"] == str(n) else "%r" % r)
+    r = csv_rows(run(["size", "--head-dim", "64", "--batch", "2Ki", "--format", "csv"])[1])
+    report("size-batch-suffix", None if r and r[0]["batch"] == "2048" else "%r" % r)
+    # a model agrees with options that repeat its numbers; another model as the baseline
+    ok_case("size-model-agreeing-option", ["size", "--model", "llama-2-7b", "--head-dim", "128", "--layers", "32"],
+            ("32 layers x 32 kv heads x head dim 128",))
+    ok_case("size-model-case-insensitive", ["size", "--model", "Qwen2.5-7B"], ("28 layers x 4 kv heads",))
+    j = json.loads(run(["size", "--model", "gemma-2-9b", "--baseline-model", "llama-2-7b", "--tokens", "8Ki",
+                        "--format", "json"])[1] or "{}")
+    report("size-baseline-model", None if j.get("baseline_model") == "llama-2-7b" and j.get("baseline_total_bytes") ==
+           32 * 32 * 128 * 2 * 2 * 8192 and j.get("total_bytes") == 42 * 8 * 256 * 2 * 2 * 8192 else "%r" % j)
+
+    # data.shape in a config: the geometry of the model; a contradicting key is refused
+    shaped = write("shape.json", {"data": {"shape": "llama-3.2-1b", "tokens": 32, "keys": {"generator": "normal"},
+                                           "values": {"generator": "normal"}},
+                                  "experiments": [{"method": "quantize", "bits": 4}]})
+    rc, out, err = run(["run", shaped, "--no-timing", "--format", "csv"])
+    rows = csv_rows(out) if rc == 0 else []
+    report("config-shape", None if len(rows) == 1 and rows[0]["baseline_bytes"] == str(16 * 8 * 32 * 64 * 2 * 2)
+           else "exit %d %s %r" % (rc, short(err), rows))
+    rc, out2, err = run(["run", shaped, "--no-timing", "--format", "csv", "--set", "data.layers=16",
+                         "--set", "data.head_dim=64", "--set", "data.kv_heads=8", "--set", "data.q_heads=32"])
+    same = rc == 0 and rows and csv_rows(out2)[0]["baseline_bytes"] == rows[0]["baseline_bytes"]
+    report("config-shape-agreeing-keys", None if same else "exit %d %s" % (rc, short(err)))
+    err_case("config-shape-contradicted", ["run", shaped, "--set", "data.kv_heads=4"], "%s: data.kv_heads" % shaped,
+             ('contradicts data.shape "llama-3.2-1b" (kv_heads 8)',), "4")
+    err_case("config-shape-unknown", ["run", shaped, "--set", 'data.shape="llama-3.2-2b"'], "%s: data.shape" % shaped,
+             ("unknown model shape; did you mean",), '"llama-3.2-2b"')
+    err_case("config-shape-not-string", ["run", shaped, "--set", "data.shape=8"], "%s: data.shape" % shaped,
+             ("must be a model name string",), "8")
+
+    # kvc methods NAME and JSON: the registry as data
+    out = ok_case("methods-one", ["methods", "kivi"], ("kivi", "k_bits", "residual"))
+    heads = [ln for ln in out.split("\n") if ln and not ln.startswith(" ")]
+    report("methods-one-only", None if heads == ["kivi"] else "method lines %r" % heads)
+    rc, out, err = run(["methods", "--format", "json"])
+    ms = json.loads(out) if rc == 0 else []
+    names = [m["name"] for m in ms]
+    _, text, _ = run(["methods"])
+    text_names = [ln.split()[0] for ln in text.split("\n") if ln and not ln.startswith(" ")]
+    report("methods-json-names", None if names == text_names and all(
+        {"name", "oracle", "shrinks", "summary", "params"} <= set(m) for m in ms) else "%r" % names)
+    q = next((m for m in ms if m["name"] == "quantize"), {})
+    bits = next((p for p in q.get("params", []) if p["name"] == "bits"), {})
+    axis = next((p for p in q.get("params", []) if p["name"] == "axis"), {})
+    report("methods-json-params", None if bits.get("kind") == "int" and bits.get("min") == 2 and bits.get("max") == 8
+           and axis.get("choices") == ["token", "channel"] and axis.get("default") == "token" else "%r %r" % (bits, axis))
+    rc, out, err = run(["methods", "h2o", "--format", "json"])
+    report("methods-json-one-object", None if rc == 0 and json.loads(out)["name"] == "h2o" else short(out))
+    rc, out, err = run(["methods", "--format", "jsonl"])
+    lines = out.splitlines()
+    report("methods-jsonl", None if rc == 0 and [json.loads(x)["name"] for x in lines] == names else short(out))
+
+    # provenance: run --out FILE writes FILE.meta.json (config sha256 as sha256sum prints it); --resume appends
+    import hashlib
+    res = os.path.join(TMP, "prov.csv")
+    rc, _, err = run(["run", PRACTICE, "--no-timing", "--out", res, "--set", "seed=3", "--shard", "1/2", "-q"])
+    meta = load(res + ".meta.json") if rc == 0 and os.path.exists(res + ".meta.json") else {}
+    r0 = (meta.get("runs") or [{}])[0]
+    sha = hashlib.sha256(open(PRACTICE, "rb").read()).hexdigest()
+    _, ver, _ = run(["--version"])
+    commit = ver.split("\n")[1].split()[-1] if ver.count("\n") > 1 else "?"
+    why = None
+    if rc != 0 or meta.get("kvc_provenance") != 1 or meta.get("file") != res:
+        why = "exit %d %s meta %r" % (rc, short(err), short(meta))
+    elif r0.get("config", {}).get("sha256") != sha or r0["config"].get("sets") != ["seed=3"]:
+        why = "config %r, want sha256 %s" % (r0.get("config"), sha)
+    elif r0.get("kvc", {}).get("commit") != commit or not r0["kvc"].get("blas") or not r0["kvc"].get("decode_isa"):
+        why = "kvc %r (--version commit %s)" % (r0.get("kvc"), commit)
+    elif r0.get("exit_status") != 0 or not re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", r0.get("finished") or ""):
+        why = "finished %r exit %r" % (r0.get("finished"), r0.get("exit_status"))
+    elif r0.get("options", {}).get("shard") != "1/2" or r0["options"].get("format") != "csv" or \
+            r0.get("command", [])[1:3] != ["run", PRACTICE] or not r0.get("machine", {}).get("cpu"):
+        why = "options %r command %r" % (r0.get("options"), r0.get("command"))
+    report("provenance-run-sidecar", why)
+    rc, _, err = run(["run", PRACTICE, "--no-timing", "--out", res, "--set", "seed=3", "--resume", "-q"])
+    meta = load(res + ".meta.json") if rc == 0 else {}
+    runs = meta.get("runs", [])
+    report("provenance-resume-appends", None if len(runs) == 2 and runs[1]["options"]["resume"] is True and
+           runs[0] == r0 else "exit %d %s runs %d" % (rc, short(err), len(runs)))
+    rc, out, _ = run(["run", PRACTICE, "--no-timing", "--format", "csv", "--set", "seed=3"])
+    report("provenance-rows-unchanged", None if rc == 0 and open(res).read() == out else "the --out file differs")
+    merged = os.path.join(TMP, "merged.csv")
+    rc, _, err = run(["merge", "--config", PRACTICE, "--set", "seed=3", res, "--out", merged])
+    mm = load(merged + ".meta.json") if rc == 0 else {}
+    ins = (mm.get("runs") or [{}])[0].get("inputs", [])
+    report("provenance-merge-sidecar", None if len(ins) == 1 and ins[0]["path"] == res and
+           ins[0]["sha256"] == hashlib.sha256(open(res, "rb").read()).hexdigest() and ins[0]["runs"] == runs
+           else "exit %d %s inputs %r" % (rc, short(err), short(ins)))
+    rc, _, err = run(["run", PRACTICE, "--no-timing", "--out", os.devnull, "--format", "csv", "-q"])
+    report("provenance-none-for-devices", None if rc == 0 and not os.path.exists(os.devnull + ".meta.json")
+           else "exit %d %s" % (rc, short(err)))
+    table = os.path.join(TMP, "prov.txt")
+    rc, _, err = run(["run", PRACTICE, "--no-timing", "--out", table, "-q"])
+    report("provenance-table-sidecar", None if rc == 0 and load(table + ".meta.json")["runs"][0]["options"]["format"]
+           == "table" else "exit %d %s" % (rc, short(err)))
+
+    # kvc bench: JSON rows (the CSV's columns, ms_mad and outliers), the provenance in json, --csv-file's sidecar
+    tiny = ["bench", "--tokens", "1Ki", "--kv-heads", "1", "--head-dim", "32", "--formats", "f16,q8_0", "--threads",
+            "1", "--repeat", "5", "--naive-repeat", "0", "--bw-mib", "4"]
+    rc, out, err = run(tiny + ["--format", "csv"])
+    header = out.split("\n")[0].split(",") if rc == 0 else []
+    rc, out, err = run(tiny + ["--format", "jsonl"])
+    objs = [json.loads(x) for x in out.splitlines()] if rc == 0 else []
+    report("bench-jsonl", None if len(objs) == 2 and header and all(
+        set(header) | {"ms_mad", "outliers"} == set(o) and o["tokens"] == 1024 and o["ms_mad"] >= 0 and
+        isinstance(o["outliers"], int) and o["naive_ms"] is None for o in objs)
+        else "exit %d %s %r" % (rc, short(err), objs[:1]))
+    rc, out, err = run(tiny + ["--format", "json"])
+    j = json.loads(out) if rc == 0 else {}
+    report("bench-json", None if len(j.get("results", [])) == 2 and j.get("provenance", {}).get("plan", {}).get(
+        "tokens") == 1024 and j["provenance"]["bandwidth"][0]["threads"] == 1 and j["provenance"]["kvc"]["commit"]
+        else "exit %d %s %s" % (rc, short(err), short(j)))
+    bcsv = os.path.join(TMP, "bench.csv")
+    rc, out, err = run(tiny + ["--format", "csv", "--csv-file", bcsv])
+    bm = load(bcsv + ".meta.json") if rc == 0 and os.path.exists(bcsv + ".meta.json") else {}
+    report("bench-csv-file-sidecar", None if bm.get("file") == bcsv and bm["runs"][0]["plan"]["repeat"] == 5 and
+           open(bcsv).read() == out else "exit %d %s %s" % (rc, short(err), short(bm)))
+    rc, out, err = run(tiny)
+    head = next((ln for ln in out.split("\n") if ln.startswith("format ")), "")
+    report("bench-table-outliers-column", None if rc == 0 and head.split()[-1] == "outl" and
+           re.search(r"^# kvc \S+ \(commit \S+\) bench$", out, re.M) else "exit %d %s" % (rc, short(out)))
+    err_case("bench-format-xml", ["bench", "--format", "xml"], "bench: --format", ("table, csv, json or jsonl",),
+             '"xml"')
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ For each config (the lesson, the practice, a small multi-head config with RoPE, 
     that the environment cannot change a result), and with kvc run --threads 1 and 2,
   - with stdout a pipe, stdout a regular file, and rows written by --out,
   - in another working directory and under another locale (LC_ALL=C.UTF-8).
-Timing columns are not part of the contract: columns named decode_ns or decode_speedup (CSV) and keys of those
+Timing columns are not part of the contract: columns named decode_ns, decode_speedup or decode_ns_mad (CSV) and keys of those
 names (JSONL) are dropped before comparing, if present. The id column is compared (it must be stable too).
 
 Run from the project root: /usr/bin/python3 tests/test_determinism.py   (KVC=path overrides ./kvc)
@@ -28,7 +28,7 @@ from checks import report
 
 KVC = os.path.abspath(os.environ.get("KVC", "./kvc"))
 ROOT = os.getcwd()
-TIMING = {"decode_ns", "decode_speedup"}
+TIMING = {"decode_ns", "decode_speedup", "decode_ns_mad"}
 TMP = tempfile.mkdtemp(prefix="kvc-determinism-")
 
 # a small real-shaped config: 2 layers x 2 KV heads x 4 query heads, RoPE, sinks, observation window

@@ -442,7 +442,7 @@ def main():
                 return "two runs of lesson.json differ in %s" % fmt
         def untimed(text):   # the CSV without its decode_ns / decode_speedup cells
             rows = list(csv.reader(io.StringIO(text)))
-            keep = [i for i, h in enumerate(rows[0]) if h not in ("decode_ns", "decode_speedup")]
+            keep = [i for i, h in enumerate(rows[0]) if h not in ("decode_ns", "decode_speedup", "decode_ns_mad")]
             return [[r[i] for i in keep] for r in rows]
         timed = lesson_csv.get("text") or ""
         if not timed or any(r["decode_ns"] == "" or r["decode_speedup"] == "" for r in lesson_csv["rows"]):

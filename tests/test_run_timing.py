@@ -15,7 +15,7 @@ import checks  # tests/checks.py: PASS/FAIL lines
 from checks import report
 
 KVC = os.environ.get("KVC", "./kvc")
-TIMING = ("decode_ns", "decode_speedup")
+TIMING = ("decode_ns", "decode_speedup", "decode_ns_mad")
 
 
 def run(args):
@@ -92,14 +92,14 @@ def main():
            else "header %r" % head)
     rc, table, err = run(["run", path, "--timing-repeat", "1"])
     head = table.split("\n", 1)[0].split()
-    report("table-shows-timing", None if rc == 0 and head[-2:] == list(TIMING) else "header %r" % head)
+    report("table-shows-timing", None if rc == 0 and head[-3:] == list(TIMING) else "header %r" % head)
 
     rc, out, err = run(["run", path, "--format", "jsonl", "--timing-repeat", "1", "--threads", "2"])
     objs = [json.loads(x) for x in out.splitlines()] if rc == 0 else []
     ok = len(objs) == n_rows and all(
         (o["decode_ns"] is None) == (o["label"] == "with outliers") for o in objs) and \
         all(isinstance(o["decode_ns"], (int, float)) for o in objs if o["label"] != "with outliers") and \
-        list(objs[0].keys())[-3:] == ["decode_ns", "decode_speedup", "id"]
+        list(objs[0].keys())[-4:] == ["decode_ns", "decode_speedup", "decode_ns_mad", "id"]
     report("jsonl-threads-2", None if ok else "exit %d stderr %r first %r" % (rc, err[-200:], objs[:1]))
 
     rc, out, err = run(["run", path, "--format", "csv", "--per-head"])

@@ -2,6 +2,7 @@
  * machine at the top, or CSV). The measuring is src/eval/bench.h, in the library. */
 #include "cli/cli.h"
 #include "base/util.h"
+#include "cli/provenance.h"
 #include "decode/decode.h"
 #include "eval/bench.h"
 
@@ -13,13 +14,14 @@
 const char cmd_bench_usage[] =
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"
     "                 [--formats LIST] [--threads LIST] [--repeat N] [--naive-repeat N] [--bw-mib N]\n"
-    "                 [--seed N] [--format table|csv] [--csv-file PATH]\n"
+    "                 [--seed N] [--format table|csv|json|jsonl] [--csv-file PATH]\n"
     "\n"
     "Times one decode step (every query head attends over T cached tokens) per cache format, with kvc's\n"
     "fused kernels reading the stored format directly, against the memory-bandwidth floor measured in the\n"
     "same run and against the naive path (dequantize the whole cache to float32, then attend).\n"
     "\n"
-    "  --tokens T        cached tokens per head (default 65536)\n"
+    "  --tokens T        cached tokens per head (default 65536); a suffix k M (x 1000^n) or Ki Mi\n"
+    "                    (x 1024^n) is read: 64Ki = 65536\n"
     "  --layers L        layers (default 1)\n"
     "  --kv-heads H      KV heads per layer (default 8)\n"
     "  --q-heads LIST    query heads, each a multiple of H; comma list (default 8)\n"
@@ -37,8 +39,15 @@ const char cmd_bench_usage[] =
     "  --naive-repeat N  timed naive steps (default 3; 0 skips the naive path)\n"
     "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache))\n"
     "  --seed N          generator seed (default 0)\n"
-    "  --format FORMAT   table (default; machine description at the top) or csv\n"
-    "  --csv-file PATH   also write the CSV to PATH (make bench: one run, table and CSV)\n"
+    "  --format FORMAT   table (default; machine description at the top), csv, json (one object: the\n"
+    "                    provenance, the bandwidth, the rows) or jsonl (one row per line); JSON rows add\n"
+    "                    ms_mad and outliers to the CSV's columns\n"
+    "  --csv-file PATH   also write the CSV to PATH, and PATH.meta.json (what made it: README\n"
+    "                    \"Provenance\"); make bench: one run, table and CSV\n"
+    "\n"
+    "Outliers, as hyperfine flags them: a timed step whose modified Z-score 0.6745 |t - median| / MAD is\n"
+    "above 14. The table's outl column counts them per row (fused steps); rows with any are listed after\n"
+    "the table and on stderr: rerun on a quieter machine or with a larger --repeat.\n"
     "  -h, --help        this help\n";
 
 enum {
@@ -76,9 +85,11 @@ typedef struct Args {
     size_t hq[MAX_LIST];
     int threads[MAX_LIST];
     BenchFormat *formats;
-    int csv;
+    int format;                 /* BENCH_OUT_TABLE .. BENCH_OUT_JSONL */
     const char *csv_file;
 } Args;
+
+enum { BENCH_OUT_TABLE, BENCH_OUT_CSV, BENCH_OUT_JSON, BENCH_OUT_JSONL };
 
 /* --formats: a comma list of bench_format_parse names. */
 static int parse_formats(Args *a, const char *s)
@@ -118,9 +129,12 @@ static int parse_args(Args *a, int argc, char **argv)
             return -1;
         case OPT_ARG:
             return kvc_fail("bench: unknown argument; see kvc bench --help (got \"%s\")", v);
-        case BENCH_TOKENS:
-            if (opt_size(v, w, 1, (size_t)1 << 24, &o->T)) return -1;
+        case BENCH_TOKENS: {
+            uint64_t t;
+            if (opt_count(v, w, 1, (uint64_t)1 << 24, &t)) return -1;
+            o->T = (size_t)t;
             break;
+        }
         case BENCH_LAYERS:
             if (opt_size(v, w, 1, 1024, &o->L)) return -1;
             break;
@@ -159,11 +173,14 @@ static int parse_args(Args *a, int argc, char **argv)
             if (!*v) return kvc_fail("bench: --csv-file: empty path (got \"\")");
             a->csv_file = v;
             break;
-        case BENCH_FORMAT:
-            if (strcmp(v, "csv") == 0) a->csv = 1;
-            else if (strcmp(v, "table") == 0) a->csv = 0;
-            else return kvc_fail("bench: --format: must be table or csv (got \"%s\")", v);
+        case BENCH_FORMAT: {
+            static const char *const names[] = {"table", "csv", "json", "jsonl"};   /* BENCH_OUT_* order */
+            a->format = -1;
+            for (int f = 0; f < 4; f++)
+                if (strcmp(v, names[f]) == 0) a->format = f;
+            if (a->format < 0) return kvc_fail("bench: --format: must be table, csv, json or jsonl (got \"%s\")", v);
             break;
+        }
         }
     }
     if (q_heads) {
@@ -208,8 +225,8 @@ static void print_csv_row(FILE *f, const BenchPlan *o, const BenchResult *r)
 
 static void print_table(const BenchResult *res, size_t n)
 {
-    printf("%-14s %4s %3s %9s %9s %9s %9s %7s %6s %6s %8s %9s %7s %9s %3s\n", "format", "qh", "thr", "MB", "ms", "ms_min",
-           "ms_max", "GB/s", "%bw", "%best", "k_ms", "naive_ms", "naive_x", "rel_err", "ok");
+    printf("%-14s %4s %3s %9s %9s %9s %9s %7s %6s %6s %8s %9s %7s %9s %3s %4s\n", "format", "qh", "thr", "MB", "ms",
+           "ms_min", "ms_max", "GB/s", "%bw", "%best", "k_ms", "naive_ms", "naive_x", "rel_err", "ok", "outl");
     for (size_t i = 0; i < n; i++) {
         const BenchResult *r = &res[i];
         double gbps = (double)r->bytes / r->fused.med / 1e9;
@@ -218,10 +235,108 @@ static void print_table(const BenchResult *res, size_t n)
             snprintf(naive, sizeof naive, "%.2f", r->naive.med * 1e3);
             snprintf(nx, sizeof nx, "%.1f", r->naive.med / r->fused.med);
         }
-        printf("%-14s %4zu %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %5.1f%% %8.3f %9s %7s %9.2e %3s\n", r->format->name,
-               r->hq, r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3, r->fused.max * 1e3,
-               gbps, 100.0 * gbps / r->bw, 100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max, r->keys.med * 1e3,
-               naive, nx, r->rel, r->rel < DECODE_TOL ? "yes" : "NO");
+        printf("%-14s %4zu %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %5.1f%% %8.3f %9s %7s %9.2e %3s %4d\n",
+               r->format->name, r->hq, r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3,
+               r->fused.max * 1e3, gbps, 100.0 * gbps / r->bw, 100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max,
+               r->keys.med * 1e3, naive, nx, r->rel, r->rel < DECODE_TOL ? "yes" : "NO", r->fused.outliers);
+    }
+}
+
+/* Rows whose fused steps had outliers (hyperfine's warning): a "#" line per row after the table (table = 1) or
+ * one note on stderr. */
+static void print_outliers(FILE *f, const BenchResult *res, size_t n, int repeat, int table)
+{
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++) rows += res[i].fused.outliers > 0;
+    if (rows == 0) return;
+    if (!table) {
+        fprintf(f, "kvc: note: bench: statistical outliers in %zu of %zu rows (steps more than 14 MADs from the median, "
+                   "as hyperfine flags them): rerun on a quieter machine or with a larger --repeat\n", rows, n);
+        return;
+    }
+    fprintf(f, "\n# outliers (outl: timed steps with 0.6745 |t - median| / MAD > %g, of %d):\n", BENCH_OUTLIER_Z, repeat);
+    for (size_t i = 0; i < n; i++)
+        if (res[i].fused.outliers)
+            fprintf(f, "#   %s, %zu query heads, %d thread%s: %d (median %.3f ms, MAD %.4f ms, max %.3f ms)\n",
+                    res[i].format->name, res[i].hq, res[i].threads, res[i].threads > 1 ? "s" : "", res[i].fused.outliers,
+                    res[i].fused.med * 1e3, res[i].fused.mad * 1e3, res[i].fused.max * 1e3);
+    fprintf(f, "# rerun on a quieter machine or with a larger --repeat\n");
+}
+
+/* One row as a JSON object: the CSV's columns (numbers unrounded; naive_ms and naive_over_fused null without the
+ * naive path) and the spread of the fused steps, ms_mad and outliers. */
+static cJSON *row_json(const BenchPlan *o, const BenchResult *r)
+{
+    char kf[64], vf[64];
+    bench_format_names(kf, vf, sizeof kf, r->format, o->T);
+    double gbps = (double)r->bytes / r->fused.med / 1e9;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "format", r->format->name);
+    cJSON_AddStringToObject(j, "k_format", kf);
+    cJSON_AddStringToObject(j, "v_format", vf);
+    cJSON_AddNumberToObject(j, "layers", (double)o->L);
+    cJSON_AddNumberToObject(j, "kv_heads", (double)o->Hkv);
+    cJSON_AddNumberToObject(j, "q_heads", (double)r->hq);
+    cJSON_AddNumberToObject(j, "tokens", (double)o->T);
+    cJSON_AddNumberToObject(j, "head_dim", (double)o->D);
+    cJSON_AddNumberToObject(j, "threads", r->threads);
+    cJSON_AddStringToObject(j, "isa", decode_isa());
+    cJSON_AddNumberToObject(j, "bytes", (double)r->bytes);
+    cJSON_AddNumberToObject(j, "ms_median", r->fused.med * 1e3);
+    cJSON_AddNumberToObject(j, "ms_min", r->fused.min * 1e3);
+    cJSON_AddNumberToObject(j, "ms_max", r->fused.max * 1e3);
+    cJSON_AddNumberToObject(j, "ms_mad", r->fused.mad * 1e3);
+    cJSON_AddNumberToObject(j, "outliers", r->fused.outliers);
+    cJSON_AddNumberToObject(j, "gbps", gbps);
+    cJSON_AddNumberToObject(j, "bw_gbps", r->bw);
+    cJSON_AddNumberToObject(j, "pct_bw", 100.0 * gbps / r->bw);
+    cJSON_AddNumberToObject(j, "pct_bw_best", 100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max);
+    cJSON_AddNumberToObject(j, "k_ms", r->keys.med * 1e3);
+    if (r->has_naive) {
+        cJSON_AddNumberToObject(j, "naive_ms", r->naive.med * 1e3);
+        cJSON_AddNumberToObject(j, "naive_over_fused", r->naive.med / r->fused.med);
+    } else {
+        cJSON_AddNullToObject(j, "naive_ms");
+        cJSON_AddNullToObject(j, "naive_over_fused");
+    }
+    cJSON_AddNumberToObject(j, "rel_err", r->rel);
+    cJSON_AddNumberToObject(j, "tol", DECODE_TOL);
+    cJSON_AddBoolToObject(j, "ok", r->rel < DECODE_TOL);
+    cJSON_AddBoolToObject(j, "threads_identical", r->same_threads);
+    return j;
+}
+
+/* The provenance record of a bench run (provenance.h) with the plan and the bandwidth measured. */
+static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_med, const double *bw_max)
+{
+    char cache[256], isa[128];
+    bench_caches(cache, sizeof cache);
+    bench_isa_flags(isa, sizeof isa);
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(run, "machine");
+    cJSON_AddStringToObject(m, "caches", cache);
+    cJSON_AddStringToObject(m, "isa_flags", isa);
+    cJSON *p = cJSON_AddObjectToObject(run, "plan");
+    cJSON_AddNumberToObject(p, "layers", (double)o->L);
+    cJSON_AddNumberToObject(p, "kv_heads", (double)o->Hkv);
+    cJSON_AddNumberToObject(p, "tokens", (double)o->T);
+    cJSON_AddNumberToObject(p, "head_dim", (double)o->D);
+    cJSON_AddNumberToObject(p, "repeat", o->repeat);
+    cJSON_AddNumberToObject(p, "naive_repeat", o->naive_repeat);
+    cJSON_AddNumberToObject(p, "bw_mib", (double)o->bw_mib);
+    if (o->seed <= (1ULL << 53)) {
+        cJSON_AddNumberToObject(p, "seed", (double)o->seed);
+    } else {   /* beyond exact doubles: the decimal string */
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+        cJSON_AddStringToObject(p, "seed", seed);
+    }
+    cJSON *bw = cJSON_AddArrayToObject(run, "bandwidth");
+    for (size_t k = 0; k < o->n_threads; k++) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddNumberToObject(b, "threads", o->threads[k]);
+        cJSON_AddNumberToObject(b, "median_gbps", bw_med[k]);
+        cJSON_AddNumberToObject(b, "max_gbps", bw_max[k]);
+        cJSON_AddItemToArray(bw, b);
     }
 }
 
@@ -231,7 +346,7 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     bench_cpu_model(model, sizeof model);
     bench_caches(cache, sizeof cache);
     bench_isa_flags(isa, sizeof isa);
-    printf("# kvc %s bench\n", KVC_VERSION);
+    printf("# kvc %s (commit %s) bench\n", KVC_VERSION, prov_commit());
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, bench_cpu_count(), cache);
     printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 -mfma "
            "-mf16c)\n", isa, decode_isa());
@@ -269,9 +384,12 @@ int cmd_bench(int argc, char **argv)
     BenchResult *res = xcalloc(n_res, sizeof *res);
     double bw_med[MAX_LIST], bw_max[MAX_LIST];
     int rc = EXIT_OK;
+    cJSON *prov = prov_run_new();   /* started now; the plan and the bandwidth when the run is done */
     if (bench_run(res, bw_med, bw_max, o, stderr)) {
         rc = cmd_fail(EXIT_RUNTIME);
     } else {
+        bench_provenance(prov, o, bw_med, bw_max);
+        prov_run_finish(prov, EXIT_OK);
         if (csv_out) {
             fprintf(csv_out, "%s\n", csv_header);
             for (size_t i = 0; i < n_res; i++) print_csv_row(csv_out, o, &res[i]);
@@ -281,16 +399,37 @@ int cmd_bench(int argc, char **argv)
                 rc = EXIT_RUNTIME;
             }
             csv_out = NULL;
+            if (rc == EXIT_OK && prov_sidecar(a.csv_file, NULL, prov)) rc = cmd_fail(EXIT_RUNTIME);
         }
-        if (a.csv) {
+        if (a.format == BENCH_OUT_CSV) {
             printf("%s\n", csv_header);
             for (size_t i = 0; i < n_res; i++) print_csv_row(stdout, o, &res[i]);
+        } else if (a.format == BENCH_OUT_JSONL) {
+            for (size_t i = 0; i < n_res; i++) {
+                cJSON *j = row_json(o, &res[i]);
+                char *t = cJSON_PrintUnformatted(j);
+                printf("%s\n", t);
+                cJSON_free(t);
+                cJSON_Delete(j);
+            }
+        } else if (a.format == BENCH_OUT_JSON) {
+            cJSON *root = cJSON_CreateObject();
+            cJSON_AddItemToObject(root, "provenance", cJSON_Duplicate(prov, 1));
+            cJSON *rows = cJSON_AddArrayToObject(root, "results");
+            for (size_t i = 0; i < n_res; i++) cJSON_AddItemToArray(rows, row_json(o, &res[i]));
+            char *t = cJSON_Print(root);
+            printf("%s\n", t);
+            cJSON_free(t);
+            cJSON_Delete(root);
         } else {
             print_machine(o, bw_med, bw_max);
             print_table(res, n_res);
         }
+        print_outliers(a.format == BENCH_OUT_TABLE ? stdout : stderr, res, n_res, o->repeat,
+                       a.format == BENCH_OUT_TABLE);
     }
     if (csv_out) fclose(csv_out);
+    cJSON_Delete(prov);
     free(res);
     free(a.formats);
     return rc;

@@ -1,6 +1,8 @@
 /* help: `kvc help [COMMAND]`, `kvc --help` (the list of commands) and `kvc --version`. */
 #include "cli/cli.h"
 #include "base/util.h"
+#include "cli/provenance.h"
+#include "decode/decode.h"
 
 #include <stdio.h>
 
@@ -12,14 +14,20 @@ void cmd_usage_main(FILE *f)
     fprintf(f, "kvc %s: a laboratory for KV-cache compression\n\n", KVC_VERSION);
     fprintf(f, "usage: kvc COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < cmd_count; i++) fprintf(f, "  %-9s %s\n", cmd_table[i].name, cmd_table[i].summary);
-    fprintf(f, "\n  kvc --version     print the version\n"
+    fprintf(f, "\n  kvc --version     print the version, commit, compiler, BLAS build and decode kernels\n"
                "  kvc help COMMAND  help for one command (also: kvc COMMAND --help)\n\n"
                "exit status: 0 ok, 1 runtime failure (e.g. a write error), 2 usage or input error\n");
 }
 
+/* The first line is "kvc VERSION" alone (scripts read it); then what the build and this machine chose. */
 int cmd_version(void)
 {
     printf("kvc %s\n", KVC_VERSION);
+    printf("commit:   %s\n", prov_commit());
+    printf("compiler: %s\n", prov_compiler());
+    printf("flags:    %s\n", prov_build_flags());
+    printf("blas:     %s (core %s)\n", prov_blas(), prov_blas_core());
+    printf("kernels:  %s (decode kernels chosen at run time for this CPU: avx2 or scalar)\n", decode_isa());
     return EXIT_OK;
 }
 

@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 #include "base/linalg.h"
+#include "cli/provenance.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -54,6 +55,7 @@ static int finish(int rc)
 int main(int argc, char **argv)
 {
     la_init();
+    prov_argc = argc, prov_argv = argv;
     if (argc < 2) {
         cmd_usage_main(stderr);
         return EXIT_USAGE;
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
         cmd_usage_main(stdout);
         return finish(EXIT_OK);
     }
+    if (strcmp(name, "__complete") == 0) return finish(cmd_complete(argc - 1, argv + 1));   /* hidden: complete.c */
     const Command *c = cmd_find(name);
     if (!c) {
         const char *names[16];

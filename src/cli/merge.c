@@ -2,6 +2,7 @@
  * checks and the writing in src/report/merge.h. */
 #include "cli/cli.h"
 #include "base/util.h"
+#include "cli/provenance.h"
 #include "report/merge.h"
 
 #include <stdlib.h>
@@ -28,6 +29,31 @@ const OptSpec cmd_merge_opts[] = {
     [MERGE_QUIET] = {"-q", "--quiet", 0},
     {NULL, NULL, 0},
 };
+
+/* The RUN record of FILE.meta.json (provenance.h): the config and --set values, and each input file with the runs
+ * of its own sidecar, so that the merged file says where every row was computed. An input that cannot be read
+ * is left to merge_files to report. */
+static cJSON *merge_provenance(const MergeArgs *a)
+{
+    cJSON *run = prov_run_new();
+    if (a->config) {
+        cJSON *cfg = prov_file(a->config);
+        if (!cfg) cfg = cJSON_CreateObject(), cJSON_AddStringToObject(cfg, "path", a->config);
+        cJSON *set = cJSON_AddArrayToObject(cfg, "sets");
+        for (size_t i = 0; i < a->n_sets; i++) cJSON_AddItemToArray(set, cJSON_CreateString(a->sets[i]));
+        cJSON_AddItemToObject(run, "config", cfg);
+    }
+    cJSON *inputs = cJSON_AddArrayToObject(run, "inputs");
+    for (size_t i = 0; i < a->n_files; i++) {
+        cJSON *in = prov_file(a->files[i]);
+        if (!in) continue;
+        cJSON *runs = prov_sidecar_runs(a->files[i]);
+        if (runs) cJSON_AddItemToObject(in, "runs", runs);
+        else cJSON_AddNullToObject(in, "runs");
+        cJSON_AddItemToArray(inputs, in);
+    }
+    return run;
+}
 
 int cmd_merge(int argc, char **argv)
 {
@@ -60,7 +86,13 @@ int cmd_merge(int argc, char **argv)
         goto done;
     }
     a.sets = sets, a.files = files;
+    cJSON *prov = a.out ? merge_provenance(&a) : NULL;   /* the inputs as they are before FILE is written */
     rc = merge_files(&a);
+    if (prov && rc == EXIT_OK) {
+        prov_run_finish(prov, rc);
+        if (prov_sidecar(a.out, NULL, prov)) rc = EXIT_RUNTIME;   /* kvc_fail set: cmd_fail prints it */
+    }
+    cJSON_Delete(prov);
 done:
     free(sets);
     free(files);

@@ -108,6 +108,31 @@ int opt_uint(const char *s, const char *where, uint64_t lo, uint64_t hi, uint64_
     return 0;
 }
 
+int opt_count(const char *s, const char *where, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mult;
+    } units[] = {{"", 1},       {"k", 1000ULL},  {"M", 1000000ULL}, {"G", 1000000000ULL}, {"T", 1000000000000ULL},
+                 {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}, {"Ti", 1ULL << 40}};
+    size_t digits = 0;
+    while (s[digits] >= '0' && s[digits] <= '9') digits++;
+    int unit = -1;
+    for (int u = 0; digits > 0 && u < (int)(sizeof units / sizeof units[0]); u++)
+        if (strcmp(s + digits, units[u].suffix) == 0) unit = u;
+    unsigned long long v = 0;
+    char *end = NULL;
+    errno = 0;
+    if (unit >= 0) v = strtoull(s, &end, 10);
+    if (unit < 0 || errno || end != s + digits || (v != 0 && units[unit].mult > UINT64_MAX / v) ||
+        v * units[unit].mult < lo || v * units[unit].mult > hi)
+        return kvc_fail("%s: must be an integer in %llu..%llu, optionally with a suffix k M G T (x 1000^n) or "
+                        "Ki Mi Gi Ti (x 1024^n) (got \"%s\")", where, (unsigned long long)lo,
+                        (unsigned long long)hi, s);
+    *out = v * units[unit].mult;
+    return 0;
+}
+
 int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out)
 {
     uint64_t v;

@@ -14,8 +14,8 @@
  *    close: "run: unknown option; did you mean \"--threads\"? see kvc run --help (got \"--tread\")".
  * Every refusal is one kvc_fail() message "<where>: <what> (got <value>)"; the command exits 2 (cmd_fail).
  *
- * Values: opt_uint (a decimal integer in a range) and opt_split / opt_uint_list (comma lists, where an empty
- * item, as in "8,,16", is refused rather than skipped).
+ * Values: opt_uint (a decimal integer in a range), opt_count (the same with a unit suffix: 64Ki, 60k, 1M) and
+ * opt_split / opt_uint_list (comma lists, where an empty item, as in "8,,16", is refused rather than skipped).
  */
 #ifndef KVC_OPTS_H
 #define KVC_OPTS_H
@@ -58,6 +58,13 @@ int opt_help_asked(int argc, char **argv, const OptSpec *spec);
  * (got \"s\")"); where names the option ("run: --threads", p->where). */
 int opt_uint(const char *s, const char *where, uint64_t lo, uint64_t hi, uint64_t *out);
 int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out);   /* the same, in size_t */
+
+/* A count such as tokens: a decimal integer with an optional unit suffix, k M G T (x 1000, x 1000^2, ...: SI,
+ * so "60k" is 60000) or Ki Mi Gi Ti (x 1024, x 1024^2, ...: IEC, so "4Ki" is 4096); the number before the
+ * suffix is a whole number and the product must be in lo..hi. No other suffix is read ("4K" is refused: it
+ * means 4000 to some and 4096 to others). -1 with kvc_fail("<where>: must be an integer in lo..hi, ...") as
+ * opt_uint. */
+int opt_count(const char *s, const char *where, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* The items of the comma list buf, split in place (commas become NULs): items[0..*n) point into buf, at most
  * max of them. An empty list, an empty item ("8,,16", ",8", "8,") or more than max items: -1 with

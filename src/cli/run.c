@@ -3,12 +3,14 @@
  * and which of them run (src/report/sweep.h). */
 #include "cli/cli.h"
 #include "base/util.h"
+#include "cli/provenance.h"
 #include "config/config.h"
 #include "data/load.h"
 #include "data/synth.h"
 #include "eval/evaluate.h"
 #include "eval/timing.h"
 #include "report/report.h"
+#include "report/results.h"
 #include "report/sweep.h"
 
 #include <stdio.h>
@@ -34,7 +36,9 @@ const char cmd_run_usage[] =
     "                    no decode timing (a decode step covers every head)\n"
     "  --out FILE        write the rows to FILE instead of stdout, format from --format or the name\n"
     "                    (.csv, .jsonl, .txt); CSV and JSONL rows are appended as they finish (a killed\n"
-    "                    run keeps every finished row), a table is written whole at the end\n"
+    "                    run keeps every finished row), a table is written whole at the end; and\n"
+    "                    FILE.meta.json, what made the rows: kvc version and commit, config path and\n"
+    "                    sha256, --set values, options, dates, CPU, BLAS (README \"Provenance\")\n"
     "  --resume          keep the rows already in FILE (matched by id; a torn last line is removed)\n"
     "                    and run only the others; refused if FILE holds rows of another config\n"
     "  --shard I/N       run only grid positions p with p mod N = I-1 (1 <= I <= N); combine the\n"
@@ -43,12 +47,13 @@ const char cmd_run_usage[] =
     "                    label; tab-separated) and compute nothing\n"
     "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
     "                    than a second: rows done/total, rate, ETA) and no notes\n"
-    "  --no-timing       leave decode_ns and decode_speedup empty (they are the only columns that\n"
-    "                    differ between two runs of one config; the table then omits them)\n"
+    "  --no-timing       leave decode_ns, decode_speedup and decode_ns_mad empty (the only columns\n"
+    "                    that differ between two runs of one config; the table then omits them)\n"
     "  --threads N       threads of the timed decode steps, 1..1024 (default 1)\n"
     "  --timing-repeat N timed rounds per experiment, 1..100000 (default 15): each round is one decode\n"
     "                    step over the method's stored cache and one over the FP16 cache; decode_ns is\n"
-    "                    the method's median in nanoseconds, decode_speedup the FP16 median over it\n"
+    "                    the method's median in nanoseconds, decode_speedup the FP16 median over it,\n"
+    "                    decode_ns_mad the spread of decode_ns (median absolute deviation, ns)\n"
     "                    (README \"Decode timing\"; a stored form the decode path cannot read leaves\n"
     "                    them empty, with a note on stderr)\n"
     "  -h, --help        this help\n";
@@ -71,6 +76,36 @@ const OptSpec cmd_run_opts[] = {
     [RUN_QUIET] = {"-q", "--quiet", 0},
     {NULL, NULL, 0},
 };
+
+/* The RUN record of the sidecar: the common part, the config file as read with the --set values, the options. */
+static cJSON *run_provenance(const char *path, char **sets, size_t n_sets, Format fmt, int fmt_given, int per_head,
+                             int timing, size_t threads, size_t repeat, const SweepOpts *so)
+{
+    cJSON *run = prov_run_new();
+    cJSON *file = prov_file(path);
+    cJSON *cfg = file ? file : cJSON_CreateObject();
+    if (!file) cJSON_AddStringToObject(cfg, "path", path);   /* read once already; gone or unreadable since */
+    cJSON *set = cJSON_AddArrayToObject(cfg, "sets");
+    for (size_t i = 0; i < n_sets; i++) cJSON_AddItemToArray(set, cJSON_CreateString(sets[i]));
+    cJSON_AddItemToObject(run, "config", cfg);
+    cJSON *o = cJSON_AddObjectToObject(run, "options");
+    static const char *const names[] = {"table", "csv", "jsonl"};
+    if (!fmt_given) results_format_of_name(so->out, &fmt);   /* sweep_open has checked that it names one */
+    cJSON_AddStringToObject(o, "format", names[fmt]);
+    cJSON_AddBoolToObject(o, "per_head", per_head);
+    cJSON_AddBoolToObject(o, "timing", timing && !per_head);
+    cJSON_AddNumberToObject(o, "threads", (double)threads);
+    cJSON_AddNumberToObject(o, "timing_repeat", (double)repeat);
+    cJSON_AddBoolToObject(o, "resume", so->resume);
+    if (so->shard_n) {
+        char sh[48];
+        snprintf(sh, sizeof sh, "%zu/%zu", so->shard_i, so->shard_n);
+        cJSON_AddStringToObject(o, "shard", sh);
+    } else {
+        cJSON_AddNullToObject(o, "shard");
+    }
+    return run;
+}
 
 int cmd_run(int argc, char **argv)
 {
@@ -187,6 +222,20 @@ int cmd_run(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
+    /* --out FILE: FILE.meta.json says what made the rows (provenance.h), written now and again at the end */
+    cJSON *prov = so.out ? run_provenance(path, sets, n_sets, fmt, fmt_given, per_head, timing, threads, repeat, &so)
+                         : NULL;
+    cJSON *prov_before = prov && so.resume ? prov_sidecar_runs(so.out) : NULL;   /* the runs that wrote FILE */
+    if (prov && prov_sidecar(so.out, prov_before, prov)) {
+        fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+        cJSON_Delete(prov);
+        cJSON_Delete(prov_before);
+        sweep_close(sw, 0);
+        data_free(&d);
+        config_free(&cfg);
+        free(sets);
+        return EXIT_RUNTIME;
+    }
     Reference ref;
     eval_reference(&ref, &d);
     /* --per-head rows carry no timing (a decode step is over every head) */
@@ -220,6 +269,15 @@ int cmd_run(int argc, char **argv)
     if (sweep_close(sw, rc == EXIT_OK)) {   /* the table, rename, fsync */
         fprintf(stderr, "kvc: %s\n", kvc_errmsg());
         rc = EXIT_RUNTIME;
+    }
+    if (prov) {   /* a table exists only now */
+        prov_run_finish(prov, rc);
+        if (prov_sidecar(so.out, prov_before, prov)) {
+            fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+            rc = EXIT_RUNTIME;
+        }
+        cJSON_Delete(prov);
+        cJSON_Delete(prov_before);
     }
     free(rows);
     timing_free(tm);

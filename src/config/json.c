@@ -67,8 +67,11 @@ void json_join(char *out, size_t cap, const char *parent, const char *key)
 }
 
 /* Every key of obj must be in allowed; no key may appear twice. */
+void (*json_keys_watch)(const cJSON *obj, const char *path, const char *const *allowed);
+
 int json_check_keys(const JsonCtx *c, const cJSON *obj, const char *path, const char *const *allowed)
 {
+    if (json_keys_watch) json_keys_watch(obj, path, allowed);
     for (const cJSON *it = obj->child; it; it = it->next) {
         char p[256];
         json_join(p, sizeof p, path, it->string);

@@ -38,6 +38,9 @@ void json_join(char *out, size_t cap, const char *parent, const char *key);
 const cJSON *json_member(const cJSON *obj, const char *key);   /* case-sensitive; NULL when absent */
 /* Every key of obj is in allowed (NULL-terminated; an unknown one names the nearest) and none appears twice. */
 int json_check_keys(const JsonCtx *c, const cJSON *obj, const char *path, const char *const *allowed);
+/* NULL, or a watcher that json_check_keys calls first with the object, its path and the keys it allows: shell
+ * completion learns the schema from the parser itself this way (config/keys.h sets it). */
+extern void (*json_keys_watch)(const cJSON *obj, const char *path, const char *const *allowed);
 int json_need_object(const JsonCtx *c, const cJSON *node, const char *path);
 int json_int(const JsonCtx *c, const cJSON *node, const char *path, long lo, long hi, long *out);
 int json_num(const JsonCtx *c, const cJSON *node, const char *path, double lo, double hi, double *out); /* finite */

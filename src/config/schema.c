@@ -1,6 +1,7 @@
 /* schema: validate the seed, data and metrics blocks into Config (see schema.h). */
 #include "config/schema.h"
 #include "config/files.h"
+#include "config/shapes.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -467,11 +468,41 @@ static int parse_data_files(const JsonCtx *c, Config *cfg, const cJSON *data)
     return 0;
 }
 
+/* data.shape: a model's geometry by name (shapes.h); *ms stays NULL when the key is absent. */
+static int parse_shape(const JsonCtx *c, const cJSON *data, const ModelShape **ms)
+{
+    const cJSON *s = json_member(data, "shape");
+    if (!s) return 0;
+    if (!cJSON_IsString(s))
+        return json_bad(c, "data.shape", s, "must be a model name string, one of %s", model_shape_names());
+    if (!(*ms = model_shape_find(s->valuestring)))
+        return json_bad(c, "data.shape", s, "unknown model shape; did you mean \"%s\"? see kvc size --help",
+                        model_shape_nearest(s->valuestring));
+    return 0;
+}
+
+/* A size key given beside data.shape must agree with it: a differing one is refused, not silently preferred. */
+static int shape_conflicts(const JsonCtx *c, const cJSON *data, const ModelShape *ms, long D, long L, long H, long Hq)
+{
+    const char *const keys[] = {"head_dim", "layers", "kv_heads", "q_heads"};
+    const long got[] = {D, L, H, Hq};
+    const long want[] = {(long)ms->head_dim, (long)ms->layers, (long)ms->kv_heads, (long)ms->q_heads};
+    for (int k = 0; k < 4; k++)
+        if (json_member(data, keys[k]) && got[k] != want[k]) {
+            char p[32];
+            json_join(p, sizeof p, "data", keys[k]);
+            return json_bad(c, p, json_member(data, keys[k]),
+                            "contradicts data.shape \"%s\" (%s %ld); leave out one of the two", ms->name, keys[k],
+                            want[k]);
+        }
+    return 0;
+}
+
 int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
 {
     static const char *const keys[] = {"source", "tokens", "head_dim", "layers", "kv_heads", "q_heads", "keys",
                                        "values", "query", "observe", "head_correlation", "rope", "sinks", "recent",
-                                       "heavy_hitters",
+                                       "heavy_hitters", "shape",
                                        NULL};
     static const char *const sources[] = {"synthetic", "files", NULL};
     long src = 0;
@@ -481,21 +512,30 @@ int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
     if (src == 1) return parse_data_files(c, cfg, data);
     if (json_check_keys(c, data, "data", keys)) return -1;
     long T, D, L, H, Hq;
+    const ModelShape *ms = NULL;
+    if (parse_shape(c, data, &ms)) return -1;
     if (json_req_int(c, data, "data", "tokens", 1, (long)CONFIG_MAX_TOKENS, &T)) return -1;
-    if (json_req_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, &D)) return -1;
+    if (ms ? json_opt_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, (long)ms->head_dim, &D)
+           : json_req_int(c, data, "data", "head_dim", 1, (long)CONFIG_MAX_HEAD_DIM, &D))
+        return -1;
     if ((unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
         return json_bad(c, "data.tokens", json_member(data, "tokens"),
                    "tokens x head_dim = %ld x %ld exceeds the limit of %lu numbers per tensor", T, D,
                    CONFIG_MAX_NUMBERS);
-    if (json_opt_int(c, data, "data", "layers", 1, (long)CONFIG_MAX_HEADS, 1, &L)) return -1;
-    if (json_opt_int(c, data, "data", "kv_heads", 1, (long)CONFIG_MAX_HEADS, 1, &H)) return -1;
-    if (json_opt_int(c, data, "data", "q_heads", 1, (long)CONFIG_MAX_Q_HEADS, H, &Hq)) return -1;
+    if (json_opt_int(c, data, "data", "layers", 1, (long)CONFIG_MAX_HEADS, ms ? (long)ms->layers : 1, &L)) return -1;
+    if (json_opt_int(c, data, "data", "kv_heads", 1, (long)CONFIG_MAX_HEADS, ms ? (long)ms->kv_heads : 1, &H))
+        return -1;
+    if (json_opt_int(c, data, "data", "q_heads", 1, (long)CONFIG_MAX_Q_HEADS, ms ? (long)ms->q_heads : H, &Hq))
+        return -1;
+    if (ms && shape_conflicts(c, data, ms, D, L, H, Hq)) return -1;
     if (Hq % H != 0)
         return json_bad(c, "data.q_heads", json_member(data, "q_heads"),
                         "must be a multiple of kv_heads = %ld (GQA groups)", H);
     if ((unsigned long)L * (unsigned long)H * (unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
-        return json_bad(c, json_member(data, "layers") ? "data.layers" : "data.kv_heads",
-                   json_member(data, "layers") ? json_member(data, "layers") : json_member(data, "kv_heads"),
+        return json_bad(c, json_member(data, "layers") ? "data.layers" : ms && !json_member(data, "kv_heads") ?
+                   "data.tokens" : "data.kv_heads",   /* a shape's sizes are fixed: fewer tokens is the way out */
+                   json_member(data, "layers") ? json_member(data, "layers") : ms && !json_member(data, "kv_heads") ?
+                   json_member(data, "tokens") : json_member(data, "kv_heads"),
                    "layers x kv_heads x tokens x head_dim = %ld x %ld x %ld x %ld exceeds the limit of %lu numbers "
                    "per tensor", L, H, T, D, CONFIG_MAX_NUMBERS);
     cfg->dims.T = (size_t)T;

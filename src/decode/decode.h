@@ -100,6 +100,10 @@ void decoder_free(Decoder *d);   /* NULL-safe */
  * the same machine noise. */
 int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
                      const float *q, int threads, int repeat, DecodeMode mode);
+/* The same, and *mad_a = the median absolute deviation of a's step times from their median, in nanoseconds
+ * (kvc run's decode_ns_mad: the spread of decode_ns, as hyperfine gives one with every time). */
+int decode_time_pair_mad(double *ns_a, double *ns_b, double *mad_a, const DecodeCache *a, const DecodeCache *b,
+                         size_t Hq, const float *q, int threads, int repeat, DecodeMode mode);
 
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8 };

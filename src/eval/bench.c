@@ -150,12 +150,17 @@ static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode m
         decoder_step(d, out, q, mode);
         t[r] = decode_now() - t0;
     }
-    BenchStat s = {0, t[0], t[0]};
+    BenchStat s = {0, t[0], t[0], 0, 0};
     for (int r = 0; r < repeat; r++) {
         if (t[r] < s.min) s.min = t[r];
         if (t[r] > s.max) s.max = t[r];
     }
-    s.med = median(t, (size_t)repeat);
+    s.med = median(t, (size_t)repeat);   /* rearranges t; the deviations below do not need the order */
+    double *dev = xmalloc((size_t)repeat * sizeof *dev);
+    for (int r = 0; r < repeat; r++) dev[r] = fabs(t[r] - s.med);
+    s.mad = median(dev, (size_t)repeat);
+    for (int r = 0; r < repeat && s.mad > 0; r++) s.outliers += 0.6745 * fabs(t[r] - s.med) / s.mad > BENCH_OUTLIER_Z;
+    free(dev);
     free(t);
     return s;
 }

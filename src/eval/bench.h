@@ -52,8 +52,14 @@ typedef struct BenchPlan {
     uint64_t seed;
 } BenchPlan;
 
+/* The timed steps of one measurement, as hyperfine summarizes a command: the median and the range, the median
+ * absolute deviation (MAD) as the spread, and the outliers: steps whose modified Z-score 0.6745 |t - med| / MAD
+ * exceeds BENCH_OUTLIER_Z (hyperfine's rule and threshold; none when MAD is 0, a spread below the clock's). */
+#define BENCH_OUTLIER_Z 14.0
 typedef struct BenchStat {
     double med, min, max;         /* seconds per step */
+    double mad;                   /* seconds: median of |t - med| */
+    int outliers;                 /* steps with a modified Z-score above BENCH_OUTLIER_Z */
 } BenchStat;
 
 typedef struct BenchResult {

@@ -18,10 +18,13 @@ const char *const column_names[NCOLS] = {
     "attn_error",     "k_error",        "v_error",        "k_error_ordinary", "k_zeroed_ordinary",
     "bytes",          "baseline_bytes", "ratio",          "attn_error_p50",   "attn_error_p95",
     "attn_error_max", "attn_kl",        "retained_mass",  "topk_recall",    "decode_ns",
-    "decode_speedup",
+    "decode_speedup", "decode_ns_mad",
 };
 
-int column_is_integer(Column c) { return c == COL_BYTES || c == COL_BASELINE_BYTES || c == COL_DECODE_NS; }
+int column_is_integer(Column c)
+{
+    return c == COL_BYTES || c == COL_BASELINE_BYTES || c == COL_DECODE_NS || c == COL_DECODE_NS_MAD;
+}
 
 void eval_reference(Reference *ref, const Data *d)
 {
@@ -363,6 +366,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
             } else {
                 set(agg, COL_DECODE_NS, ns);
                 set(agg, COL_DECODE_SPEEDUP, sp);
+                set(agg, COL_DECODE_NS_MAD, timing_last_mad(tm));
             }
         }
         timing_cache_free(&stored);

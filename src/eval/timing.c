@@ -13,10 +13,13 @@ struct Timing {
     int have_base;
     struct Measured {      /* every form measured so far: one measurement per distinct form and run */
         DecodeForm f;
-        double ns, speedup;
+        double ns, speedup, mad;
     } *done;
     size_t n_done, cap_done;
+    double last_mad;       /* the MAD of the form timing_measure measured (or found) last */
 };
+
+double timing_last_mad(const Timing *tm) { return tm->last_mad; }
 
 static const char *const DIFFERENT = "its KV heads store different forms";
 
@@ -172,6 +175,7 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
         if (same_form(&tm->done[i].f, &tc->form)) {   /* the same formats and sizes: the same step */
             *ns = tm->done[i].ns;
             *speedup = tm->done[i].speedup;
+            tm->last_mad = tm->done[i].mad;
             return 0;
         }
     if (!tm->have_base) {
@@ -180,8 +184,8 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
     }
     DecodeCache c = cache_of(tc), b = cache_of(&tm->base);
     double ns_base = 0.0;
-    if (decode_time_pair(ns, &ns_base, &c, &b, d->Hq, tm->q, tm->threads, tm->repeat,
-                         d->V ? DECODE_FULL : DECODE_KEYS))
+    if (decode_time_pair_mad(ns, &ns_base, &tm->last_mad, &c, &b, d->Hq, tm->q, tm->threads, tm->repeat,
+                             d->V ? DECODE_FULL : DECODE_KEYS))
         return -1;
     if (!(*ns > 0) || !(ns_base > 0))
         return kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns and %g ns for FP16)", *ns,
@@ -194,6 +198,6 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
         free(tm->done);
         tm->done = m;
     }
-    tm->done[tm->n_done++] = (struct Measured){tc->form, *ns, *speedup};
+    tm->done[tm->n_done++] = (struct Measured){tc->form, *ns, *speedup, tm->last_mad};
     return 0;
 }

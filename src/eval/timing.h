@@ -75,5 +75,8 @@ void timing_cache_free(TimedCache *tc);   /* safe on a zeroed or initialized Tim
  * tensors stay tc's. Returns 0, or -1 with kvc_fail set (a cache the decoder rejects, threads that cannot start, a
  * median of 0 ns); kvc run then leaves the cells empty with that message as its note. */
 int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup);
+/* The spread of the *ns timing_measure gave last: the median absolute deviation of the form's step times from
+ * their median, in nanoseconds (kvc run's decode_ns_mad). */
+double timing_last_mad(const Timing *tm);
 
 #endif
