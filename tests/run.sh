@@ -57,6 +57,7 @@ test_ggml.py
 test_lesson.py
 test_oracle_lesson.py
 test_plot_style.py
+test_progress.py
 test_quant.py
 test_rng_numpy.py
 test_run_timing.py
