@@ -352,9 +352,11 @@ static void unlock(Sweep *s)
 void sweep_phase(Sweep *s, const char *phase)
 {
     if (!s || s->list) return;
-    progress_begin(s);
     lock(s);
     s->phase = phase;
+    unlock(s);
+    progress_begin(s);   /* at the first phase, which the thread then shows first */
+    lock(s);
     if (visible(s)) draw(s, 0, 0);   /* every phase shows at once, however short */
     unlock(s);
 }
@@ -362,12 +364,14 @@ void sweep_phase(Sweep *s, const char *phase)
 void sweep_row(Sweep *s, size_t i)
 {
     if (!s || s->list) return;
-    progress_begin(s);
     lock(s);
-    if (s->rows_start == 0) s->rows_start = now();
     s->phase = NULL;
     s->label = s->cfg->exps[i].label;
     s->step = NULL;
+    unlock(s);
+    progress_begin(s);
+    lock(s);
+    if (s->rows_start == 0) s->rows_start = now();
     if (visible(s)) draw(s, 0, 0);   /* a new row shows at once */
     unlock(s);
 }
