@@ -43,7 +43,7 @@ struct Sweep {
     double last_sync;          /* the last fsync of FILE */
     /* progress: a thread redraws the line on a clock; the fields from `total` on are shared with it, under mu */
     int progress;              /* stderr is a terminal and not -q (nor --list) */
-    int running;               /* the thread runs (from the first sweep_phase / sweep_row to progress_stop) */
+    int running;               /* the thread runs (from the first sweep_phase / sweep_row to progress_end) */
     int tty_rows;              /* rows go to stdout, which is a terminal too: the line makes way for them */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -156,7 +156,8 @@ static void end_line_on_signal(int sig)
 {
     (void)sig;
     atomic_store(&line_dying, 1);
-    while (atomic_load(&line_writing)) {
+    double until = now() + 0.5;   /* clock_gettime is async-signal-safe; a write held up by ^S is not waited out */
+    while (atomic_load(&line_writing) && now() < until) {
     }
     if (atomic_load(&line_open)) {
         ssize_t w = write(STDERR_FILENO, "\n", 1);
