@@ -1,8 +1,8 @@
 #!/bin/sh
 # bench-run.sh: the decode timing of `kvc run` on the realistic configs (part of `make bench`; never in make test).
 # Writes results/run-timing.txt: configs/realistic.json and configs/methods.json with decode_ns (median step over
-# the cache as each method stores it) and decode_speedup (the FP16 cache's median step / decode_ns), measured side
-# by side in one run, then the notes kvc printed for experiments it could not time.
+# the cache as each method stores it) and decode_speedup (the FP16 cache's median step, timed once per run, /
+# decode_ns), then the notes kvc printed (experiments it could not time, forms on the generic tile path).
 set -eu
 cd "$(dirname "$0")/.."
 KVC=${KVC:-./kvc}

@@ -43,6 +43,7 @@ test_sweep.sh
 test_slurm.sh
 test_bad_input.py
 test_cli.py
+test_progress.py
 test_faults.py
 test_config_once.py
 test_determinism.py

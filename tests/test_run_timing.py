@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """kvc run's decode_ns / decode_speedup columns from the outside (README "Decode timing in kvc run"): which rows
 get them, --no-timing, --per-head, --threads, --timing-repeat, the stderr note for a form the decode path cannot
-read, and that timing changes nothing else in a row. No speed is asserted (timing targets live in make bench).
+read and the one for a form without fused kernels (once per form), one FP16 reference for every row of a run, and
+that timing changes nothing else in a row. No speed is asserted (timing targets live in make bench).
 Prints PASS/FAIL lines; exits 1 on any failure."""
 import csv
 import io
@@ -72,6 +73,11 @@ def main():
         a in by_label and b in by_label and by_label[a]["decode_ns"] == by_label[b]["decode_ns"] and
         by_label[a]["decode_speedup"] == by_label[b]["decode_speedup"] for a, b in same)
         else "rows %r" % [(r["label"], r["decode_ns"]) for r in rows])
+    # one FP16 reference per run: decode_speedup x decode_ns is the same number in every row (decode_ns is printed
+    # rounded to a nanosecond, so up to that)
+    base = [float(r["decode_speedup"]) * int(r["decode_ns"]) for r in timed if r["decode_ns"]]
+    report("one-fp16-reference", None if base and max(base) - min(base) <= 2e-3 * min(base) else
+           "speedup x ns %r" % base)
     note = "kvc: note: experiments.10 (with outliers): no decode timing: its outlier records"
     report("note-on-stderr", None if err.count("\n") == 1 and err.startswith(note) else "stderr %r" % err)
     rc2, _, err2 = run(["run", path, "--format", "csv", "--timing-repeat", "1", "-q"])
@@ -111,6 +117,24 @@ def main():
     pr = rows_of(out) if rc == 0 else []
     report("keys-only-config-timed", None if rc == 0 and len(pr) == 2 and all(int(r["decode_ns"]) > 0 for r in pr)
            else "exit %d stderr %r" % (rc, err[-200:]))
+    # a form without a fused kernel (3-bit groups) is timed through the generic tile path: noted once per form,
+    # at its first row; a fused form is not noted
+    gen = {"seed": 1, "data": {"tokens": 128, "head_dim": 32, "keys": {"generator": "normal"},
+                               "values": {"generator": "normal"}},
+           "experiments": [{"method": "quantize", "bits": 3, "symmetric": False, "group_size": 16},
+                           {"method": "quantize", "bits": 4},
+                           {"method": "quantize", "bits": 3, "symmetric": False, "group_size": 16, "label": "again"}]}
+    gpath = os.path.join(tmp, "g.json")
+    with open(gpath, "w") as fh:
+        json.dump(gen, fh)
+    rc, out, err = run(["run", gpath, "--format", "csv"])
+    rows = rows_of(out) if rc == 0 else []
+    want = ("kvc: note: experiments.0 (quantize bits=3 symmetric=false group_size=16): decode timing: no fused "
+            "kernel for K and V (intN 3-bit asymmetric, groups of 16 channels): decoded through the generic tile path")
+    report("generic-path-note-once", None if rc == 0 and len(rows) == 3 and all(int(r["decode_ns"]) > 0 for r in rows)
+           and err.count("\n") == 1 and err.startswith(want) else "exit %d stderr %r" % (rc, err))
+    rc, out, err = run(["run", gpath, "--format", "csv", "-q"])
+    report("generic-path-note-quiet", None if rc == 0 and err == "" else "exit %d stderr %r" % (rc, err))
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
     os.rmdir(tmp)

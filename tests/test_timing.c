@@ -4,8 +4,9 @@
  * timed, and its bytes are compared with what the method reports (minus the parts a decode step does not read:
  * index bytes of an eviction, a cast's per-head scale); where the method's K' is its stored tensor read back, the
  * timed tensor is checked to read back to K' bit for bit; forms the decode path cannot read say why; every
- * timeable form is then timed side by side with FP16 (positive medians). The rules of timing_cache_add are checked
- * on hand-made stored forms.
+ * timeable form is then timed (positive medians). The rules of timing_cache_add are checked on hand-made stored
+ * forms; the rounds (within the time budget, or a fixed count), the one FP16 reference per Timing, the note for a
+ * form on the generic tile path and the progress hook on real ones.
  *
  * Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed.
  */
@@ -226,6 +227,81 @@ static void test_cache_rules(void)
     timing_cache_free(&tc);
 }
 
+/* The progress hook's calls, in order, joined by '|' ("-" for NULL). */
+static char hook_log[256];
+static void hook(void *ctx, const char *what)
+{
+    (void)ctx;
+    size_t n = strlen(hook_log);
+    snprintf(hook_log + n, sizeof hook_log - n, "%s%s", n ? "|" : "", what ? what : "-");
+}
+
+/* Measures the experiment `json` with tm; returns timing_measure's result, *ns and *sp set. */
+static int measure(Timing *tm, const Data *d, const char *json, double *ns, double *sp)
+{
+    Config cfg;
+    Compressed out[H];
+    uint64_t bytes = run_method(out, &cfg, json, d);
+    int rc = -1;
+    if (bytes != UINT64_MAX) {
+        TimedCache tc;
+        gather(&tc, out);
+        rc = tc.none ? -1 : timing_measure(tm, &tc, ns, sp);
+        timing_cache_free(&tc);
+    }
+    for (size_t h = 0; h < H; h++) compressed_free(&out[h]);
+    config_free(&cfg);
+    return rc;
+}
+
+/* Rounds within the budget or a fixed count, one FP16 reference per Timing, the note for the generic tile path,
+ * the progress hook. No speed is asserted: only what the rules say about rounds and the reference. */
+static void test_rounds(const Data *dv)
+{
+    const char *int8 = "{\"method\": \"quantize\", \"bits\": 8}";
+    const char *int4ch = "{\"method\": \"quantize\", \"bits\": 4, \"axis\": \"channel\"}";
+    const char *int3 = "{\"method\": \"quantize\", \"bits\": 3, \"symmetric\": false, \"group_size\": 32}";
+    Timing *tm = timing_create(dv, 1, 0);
+    timing_set_hook(tm, hook, NULL);
+    hook_log[0] = '\0';
+    double ns = 0, sp = 0, ns2 = 0, sp2 = 0;
+    int rc = measure(tm, dv, int8, &ns, &sp);
+    TimingLast a = *timing_last(tm);
+    check(rc == 0 && a.fresh && a.rounds >= TIMING_MIN_ROUNDS && a.rounds <= TIMING_MAX_ROUNDS &&
+              (a.rounds == TIMING_MAX_ROUNDS || a.seconds >= TIMING_BUDGET) && a.base_rounds >= TIMING_MIN_ROUNDS &&
+              a.base_ns > 0 && a.tiled == 0 && !timing_note(tm),
+          "timing_adaptive_rounds", "rc %d fresh %d rounds %zu in %g s, FP16 %zu rounds, tiled %u, note %s", rc, a.fresh,
+          a.rounds, a.seconds, a.base_rounds, a.tiled, timing_note(tm) ? timing_note(tm) : "-");
+    check(sp == a.base_ns / ns, "timing_speedup_is_reference_over_ns", "%g vs %g / %g", sp, a.base_ns, ns);
+    check(strcmp(hook_log, "timing the FP16 reference|timing|-") == 0, "timing_hook_phases", "got \"%s\"", hook_log);
+    hook_log[0] = '\0';
+    rc = measure(tm, dv, int8, &ns2, &sp2);
+    check(rc == 0 && !timing_last(tm)->fresh && ns2 == ns && sp2 == sp && hook_log[0] == '\0',
+          "timing_same_form_measured_once", "rc %d fresh %d ns %g / %g hook \"%s\"", rc, timing_last(tm)->fresh, ns2,
+          ns, hook_log);
+    hook_log[0] = '\0';
+    rc = measure(tm, dv, int4ch, &ns2, &sp2);
+    check(rc == 0 && timing_last(tm)->fresh && timing_last(tm)->base_ns == a.base_ns && sp2 == a.base_ns / ns2 &&
+              strcmp(hook_log, "timing|-") == 0,
+          "timing_one_fp16_reference", "rc %d base %g then %g, speedup %g vs %g, hook \"%s\"", rc, a.base_ns,
+          timing_last(tm)->base_ns, sp2, a.base_ns / ns2, hook_log);
+    rc = measure(tm, dv, int3, &ns2, &sp2);
+    const char *note = timing_note(tm);
+    check(rc == 0 && timing_last(tm)->tiled == (DECODE_TILED_K | DECODE_TILED_V) && note &&
+              strstr(note, "K and V (intN 3-bit asymmetric, groups of 32 channels)") && strstr(note, "generic tile"),
+          "timing_generic_path_note", "rc %d tiled %u note \"%s\"", rc, timing_last(tm)->tiled, note ? note : "-");
+    rc = measure(tm, dv, int3, &ns2, &sp2);
+    check(rc == 0 && !timing_note(tm), "timing_generic_note_once_per_form", "note \"%s\"",
+          timing_note(tm) ? timing_note(tm) : "-");
+    timing_free(tm);
+
+    tm = timing_create(dv, 1, 4);   /* --timing-repeat 4: exactly 4 rounds, the reference too */
+    rc = measure(tm, dv, int3, &ns, &sp);
+    check(rc == 0 && timing_last(tm)->rounds == 4 && timing_last(tm)->base_rounds == 4, "timing_fixed_rounds",
+          "rc %d rounds %zu, FP16 %zu", rc, timing_last(tm)->rounds, timing_last(tm)->base_rounds);
+    timing_free(tm);
+}
+
 int main(void)
 {
     Data dv = make_data(1), dk = make_data(0);
@@ -279,6 +355,7 @@ int main(void)
     none_case(&dv, "kivi_then_keys_only_quantizer", "{\"method\": \"pipeline\", \"steps\": [{\"method\": \"kivi\", "
               "\"residual\": 32}, {\"method\": \"quantize\", \"bits\": 8, \"apply_to\": \"k\"}]}", "one tensor only");
     test_pipeline_energy(&dv);
+    test_rounds(&dv);
     timing_free(tms[0]);
     timing_free(tms[1]);
     return check_failures ? 1 : 0;

@@ -275,10 +275,13 @@ static char slot_path[SLOTS][PATH_MAX];
 static volatile sig_atomic_t slot_state[SLOTS];   /* 0 free, 1 a file, 2 a directory */
 static volatile sig_atomic_t slot_seq[SLOTS];     /* registration order, for directories */
 static sig_atomic_t next_seq;
+static void (*_Atomic sig_hook)(int);            /* fileio_signal_hook */
 
 static void on_signal(int sig)
 {
     unsigned char done[SLOTS] = {0};
+    void (*hook)(int) = atomic_load(&sig_hook);
+    if (hook) hook(sig);
     for (int k = 0; k < SLOTS; k++)
         if (slot_state[k] == 1) unlink(slot_path[k]);
     for (;;) { /* directories, the latest first (inner before outer) */
@@ -333,4 +336,10 @@ void fileio_cleanup_remove(const char *path)
             atomic_signal_fence(memory_order_seq_cst);
             return;
         }
+}
+
+void fileio_signal_hook(void (*fn)(int sig))
+{
+    atomic_store(&sig_hook, fn);
+    if (fn) install_handlers();
 }

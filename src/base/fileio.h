@@ -28,6 +28,8 @@
  * directory) are removed when SIGINT, SIGTERM or SIGHUP arrives, before the process dies of that signal
  * (the handler only calls unlink, rmdir and raise; it is installed with the first registered path, and a
  * signal that was ignored stays ignored). SIGKILL cannot be caught: then a FILE.tmp.XXXXXX can remain.
+ * fileio_signal_hook lets one more piece of kvc act in the same handler, first (kvc run's progress line ends
+ * itself there: src/report/sweep.c).
  *
  * Errors: functions return 0, or -1 after kvc_fail("<path>: <what> (got <value>)").
  */
@@ -70,5 +72,10 @@ void fileio_out_abort(FileOut *o);
  * directories, the latest registered directory first. fileio_cleanup_remove forgets path again. */
 void fileio_cleanup_add(const char *path, int dir);
 void fileio_cleanup_remove(const char *path);
+
+/* Makes the handler call fn(sig) first, before it removes the registered paths and the process dies of sig
+ * (installing the handlers now if no path did yet). fn must be async-signal-safe and must return. One hook at a
+ * time: a second call replaces it, NULL removes it (the handlers stay; without paths they only re-raise). */
+void fileio_signal_hook(void (*fn)(int sig));
 
 #endif

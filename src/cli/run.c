@@ -46,16 +46,17 @@ const char cmd_run_usage[] =
     "  --list            print the rows this run would compute (grid position, id, experiments.N,\n"
     "                    label; tab-separated) and compute nothing\n"
     "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
-    "                    than a second: rows done/total, rate, ETA) and no notes\n"
+    "                    than a second: elapsed time, phase, row k/N, ETA) and no notes\n"
     "  --no-timing       leave decode_ns, decode_speedup and decode_ns_mad empty (the only columns\n"
     "                    that differ between two runs of one config; the table then omits them)\n"
     "  --threads N       threads of the timed decode steps, 1..1024 (default 1)\n"
-    "  --timing-repeat N timed rounds per experiment, 1..100000 (default 15): each round is one decode\n"
-    "                    step over the method's stored cache and one over the FP16 cache; decode_ns is\n"
-    "                    the method's median in nanoseconds, decode_speedup the FP16 median over it,\n"
-    "                    decode_ns_mad the spread of decode_ns (median absolute deviation, ns)\n"
-    "                    (README \"Decode timing\"; a stored form the decode path cannot read leaves\n"
-    "                    them empty, with a note on stderr)\n"
+    "  --timing-repeat N time exactly N rounds (1..100000) per distinct stored form; by default the\n"
+    "                    rounds fit a budget of 0.25 s per form (at least 3). decode_ns is the median\n"
+    "                    decode step over the method's stored cache in nanoseconds, decode_speedup the\n"
+    "                    median step over the FP16 cache (timed once per run) divided by it,\n"
+    "                    decode_ns_mad the spread of decode_ns (median absolute deviation, ns) (README\n"
+    "                    \"Decode timing\"; a stored form the decode path cannot read leaves them\n"
+    "                    empty, and one without fused kernels is noted, both on stderr)\n"
     "  -h, --help        this help\n";
 
 enum {
@@ -95,7 +96,8 @@ static cJSON *run_provenance(const char *path, char **sets, size_t n_sets, Forma
     cJSON_AddBoolToObject(o, "per_head", per_head);
     cJSON_AddBoolToObject(o, "timing", timing && !per_head);
     cJSON_AddNumberToObject(o, "threads", (double)threads);
-    cJSON_AddNumberToObject(o, "timing_repeat", (double)repeat);
+    if (repeat) cJSON_AddNumberToObject(o, "timing_repeat", (double)repeat);
+    else cJSON_AddStringToObject(o, "timing_repeat", "budget");   /* rounds within 0.25 s per form (timing.h) */
     cJSON_AddBoolToObject(o, "resume", so->resume);
     if (so->shard_n) {
         char sh[48];
@@ -105,6 +107,12 @@ static cJSON *run_provenance(const char *path, char **sets, size_t n_sets, Forma
         cJSON_AddNullToObject(o, "shard");
     }
     return run;
+}
+
+/* timing.h's progress hook: the step of the row in progress */
+static void timing_step(void *sweep, const char *what)
+{
+    sweep_step(sweep, what);
 }
 
 int cmd_run(int argc, char **argv)
@@ -117,7 +125,7 @@ int cmd_run(int argc, char **argv)
     size_t n_sets = 0;
     int rc = EXIT_USAGE, per_head = 0, timing = 1;
     const char *timing_opt = NULL;   /* --threads or --timing-repeat, when given */
-    size_t threads = 1, repeat = TIMING_REPEAT;
+    size_t threads = 1, repeat = 0;   /* repeat 0: rounds within the time budget (timing.h) */
     OptParser p;
     opt_init(&p, "run", argc, argv, cmd_run_opts);
     for (int k; (k = opt_next(&p)) != OPT_END;) {
@@ -210,6 +218,7 @@ int cmd_run(int argc, char **argv)
         return EXIT_OK;
     }
     Data d;
+    sweep_phase(sw, "making data");
     if (data_make(&d, &cfg)) {
         sweep_close(sw, 0);
         config_free(&cfg);
@@ -237,30 +246,34 @@ int cmd_run(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     Reference ref;
+    sweep_phase(sw, "reference");
     eval_reference(&ref, &d);
     /* --per-head rows carry no timing (a decode step is over every head) */
     Timing *tm = timing && !per_head ? timing_create(&d, (int)threads, (int)repeat) : NULL;
+    if (tm) timing_set_hook(tm, timing_step, sw);
     size_t per = per_head ? d.L * d.H : 1;   /* rows per experiment */
     Row *rows = xcalloc(cfg.n_exps * per, sizeof *rows);
     rc = EXIT_OK;
     for (size_t i = 0; i < cfg.n_exps; i++) {
         if (!sweep_wants(sw, i)) continue;
         Row *ri = &rows[i * per];
+        sweep_row(sw, i);
         if (per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
                      : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref, tm)) {
-            sweep_message(sw);
+            sweep_stop(sw);
             fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, cfg.exps[i].label,
                     kvc_errmsg());
             rc = EXIT_RUNTIME;
             break;
         }
-        if (ri->no_timing && !so.quiet) {
-            sweep_message(sw);
-            fprintf(stderr, "kvc: note: experiments.%zu (%s): no decode timing: %s\n", cfg.exps[i].src,
-                    cfg.exps[i].label, ri->no_timing);
-        }
+        if (ri->no_timing && !so.quiet)
+            sweep_note(sw, "kvc: note: experiments.%zu (%s): no decode timing: %s", cfg.exps[i].src,
+                       cfg.exps[i].label, ri->no_timing);
+        else if (tm && timing_note(tm) && !so.quiet)   /* once per stored form: its first row */
+            sweep_note(sw, "kvc: note: experiments.%zu (%s): decode timing: %s", cfg.exps[i].src, cfg.exps[i].label,
+                       timing_note(tm));
         if (sweep_rows(sw, ri, per, i)) {
-            sweep_message(sw);
+            sweep_stop(sw);
             fprintf(stderr, "kvc: %s\n", kvc_errmsg());
             rc = EXIT_RUNTIME;
             break;

@@ -330,6 +330,14 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     return d;
 }
 
+unsigned decoder_tiled(const Decoder *d)
+{
+    unsigned t = 0;
+    for (size_t s = 0; s < d->ns; s++)
+        t |= (d->seg[s].tile_k ? DECODE_TILED_K : 0u) << (2 * s) | (d->seg[s].tile_v ? DECODE_TILED_V : 0u) << (2 * s);
+    return t;
+}
+
 void decoder_free(Decoder *d)
 {
     if (!d) return;

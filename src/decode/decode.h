@@ -88,6 +88,10 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
 /* q is (L, Hq, D), out is (L, Hq, D), both row-major float. */
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
 void decoder_free(Decoder *d);   /* NULL-safe */
+/* Which tensors of the cache this decoder reads through the generic tiles (a format without a fused kernel, see
+ * above): DECODE_TILED_K | _V (main segment) | _KR | _VR (residual); 0 when a fused kernel reads every one. */
+enum { DECODE_TILED_K = 1, DECODE_TILED_V = 2, DECODE_TILED_KR = 4, DECODE_TILED_VR = 8 };
+unsigned decoder_tiled(const Decoder *d);
 
 /* Times fused steps of two caches side by side: one untimed warm-up step each, then `repeat` rounds of
  * (one step of a, one step of b); *ns_a, *ns_b = the median step time of each in nanoseconds. Both caches

@@ -32,7 +32,7 @@ typedef enum {
     COL_RETAINED_MASS,
     COL_TOPK_RECALL,
     COL_DECODE_NS,        /* timing.h: median decode step over the stored form, nanoseconds */
-    COL_DECODE_SPEEDUP,   /* FP16 median / COL_DECODE_NS, measured side by side */
+    COL_DECODE_SPEEDUP,   /* the FP16 reference's median (once per run) / COL_DECODE_NS */
     COL_DECODE_NS_MAD,    /* the spread of COL_DECODE_NS: median absolute deviation of the steps, nanoseconds */
     NCOLS
 } Column;

@@ -2,20 +2,25 @@
 #include "eval/timing.h"
 #include "base/util.h"
 
+#include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct Timing {
     const Data *d;
-    int threads, repeat;
+    int threads, repeat;   /* repeat 0: adaptive rounds within TIMING_BUDGET */
     float *q;              /* (L, Hq, D) one query per query head */
-    TimedCache base;       /* FP16, every token of every KV head; built at the first measurement */
-    int have_base;
+    double base_ns;        /* the FP16 reference's median step; 0 until it is timed (at the first measurement) */
     struct Measured {      /* every form measured so far: one measurement per distinct form and run */
         DecodeForm f;
-        double ns, speedup, mad;
+        double ns, mad;
     } *done;
     size_t n_done, cap_done;
+    void (*hook)(void *ctx, const char *what);
+    void *hook_ctx;
+    TimingLast last;
+    char note[384];        /* timing_note; "" when none */
     double last_mad;       /* the MAD of the form timing_measure measured (or found) last */
 };
 
@@ -156,15 +161,110 @@ Timing *timing_create(const Data *d, int threads, int repeat)
 void timing_free(Timing *tm)
 {
     if (!tm) return;
-    timing_cache_free(&tm->base);
     free(tm->done);
     free(tm->q);
     free(tm);
 }
 
+void timing_set_hook(Timing *tm, void (*hook)(void *ctx, const char *what), void *ctx)
+{
+    tm->hook = hook;
+    tm->hook_ctx = ctx;
+}
+
+const TimingLast *timing_last(const Timing *tm)
+{
+    return &tm->last;
+}
+
+const char *timing_note(const Timing *tm)
+{
+    return tm->note[0] ? tm->note : NULL;
+}
+
+static void phase(const Timing *tm, const char *what)
+{
+    if (tm->hook) tm->hook(tm->hook_ctx, what);
+}
+
+/* Times steps of the cache c: one untimed step, then rounds (tm->repeat, or adaptive within TIMING_BUDGET).
+ * *ns = the median step, *mad the median absolute deviation of the steps from it (both in ns); *rounds,
+ * *seconds (warm-up included); *tiled = decoder_tiled. 0, or -1 with kvc_fail. */
+static int time_steps(const Timing *tm, const DecodeCache *c, double *ns, double *mad, size_t *rounds,
+                      double *seconds, unsigned *tiled)
+{
+    const Data *d = tm->d;
+    DecodeMode mode = d->V ? DECODE_FULL : DECODE_KEYS;
+    Decoder *dec = decoder_create(c, d->Hq, tm->threads, DECODE_FUSED);
+    if (!dec) return -1;
+    *tiled = decoder_tiled(dec);
+    size_t cap = tm->repeat > 0 ? (size_t)tm->repeat : TIMING_MAX_ROUNDS, r = 0;
+    double *t = xmalloc(cap * sizeof *t);
+    float *out = xmalloc(d->L * d->Hq * d->D * sizeof *out);
+    double t0 = decode_now();
+    decoder_step(dec, out, tm->q, mode);   /* warm-up: first touch of the scratch, threads started */
+    double start = decode_now();
+    while (r < cap) {
+        double a = decode_now();
+        decoder_step(dec, out, tm->q, mode);
+        double b = decode_now();
+        t[r++] = b - a;
+        if (tm->repeat == 0 && r >= TIMING_MIN_ROUNDS && b - start >= TIMING_BUDGET) break;
+    }
+    *seconds = decode_now() - t0;
+    *rounds = r;
+    *ns = 1e9 * median(t, r);
+    for (size_t k = 0; k < r; k++) t[k] = fabs(1e9 * t[k] - *ns);   /* median() reordered t: no matter */
+    *mad = median(t, r);
+    free(out);
+    free(t);
+    decoder_free(dec);
+    return 0;
+}
+
+/* "intN 3-bit asymmetric, groups of 32 channels" and the like, for the note. */
+static void describe(char *buf, size_t cap, StoreFormat f)
+{
+    if (f.type != STORE_INTN) {
+        store_format_name(buf, cap, f);
+        return;
+    }
+    const char *along = f.axis == STORE_AXIS_CHANNEL ? "tokens" : "channels";
+    char g[48];
+    if (f.group) snprintf(g, sizeof g, "groups of %zu %s", f.group, along);
+    else snprintf(g, sizeof g, "one group per %s", f.axis == STORE_AXIS_CHANNEL ? "channel" : "token");
+    snprintf(buf, cap, "intN %d-bit %s, %s%s", f.bits, f.asym ? "asymmetric" : "symmetric", g,
+             f.scale_type == STORE_SCALE_F32 ? ", FP32 scales" : "");
+}
+
+/* The note for a form that some tensor of decodes through the generic tiles. */
+static void note_tiled(Timing *tm, const DecodeForm *f, unsigned tiled)
+{
+    static const char *const names[4] = {"K", "V", "the residual's K", "the residual's V"};
+    const StoreFormat fmts[4] = {f->k, f->v, f->kr, f->vr};
+    size_t n = (size_t)snprintf(tm->note, sizeof tm->note, "no fused kernel for");
+    int first = 1;
+    for (int i = 0; i < 4 && n < sizeof tm->note; i++) {
+        if (!(tiled & (1u << i))) continue;
+        char desc[96];
+        describe(desc, sizeof desc, fmts[i]);
+        /* K and V of one format are named together */
+        int with_v = i % 2 == 0 && (tiled & (2u << i)) && store_format_equal(fmts[i], fmts[i + 1]);
+        n += (size_t)snprintf(tm->note + n, sizeof tm->note - n, "%s %s%s (%s)", first ? "" : ",", names[i],
+                              with_v ? " and V" : "", desc);
+        if (with_v) i++;
+        first = 0;
+    }
+    if (n < sizeof tm->note)
+        snprintf(tm->note + n, sizeof tm->note - n, ": decoded through the generic tile path (rows dequantized to "
+                 "float32 in tiles, then the float32 kernels)");
+}
+
 int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
 {
     const Data *d = tm->d;
+    tm->last.fresh = 0;
+    tm->note[0] = '\0';
     if (tc->none || tc->added != d->L * d->H || tc->L != d->L || tc->H != d->H)
         return kvc_fail("decode timing: the stored cache is not complete (got %zu of %zu heads%s%s)", tc->added,
                         d->L * d->H, tc->none ? ": " : "", tc->none ? tc->none : "");
@@ -174,23 +274,37 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
     for (size_t i = 0; i < tm->n_done; i++)
         if (same_form(&tm->done[i].f, &tc->form)) {   /* the same formats and sizes: the same step */
             *ns = tm->done[i].ns;
-            *speedup = tm->done[i].speedup;
             tm->last_mad = tm->done[i].mad;
+            *speedup = tm->base_ns / *ns;
             return 0;
         }
-    if (!tm->have_base) {
-        build_base(&tm->base, d);
-        tm->have_base = 1;
+    int rc = 0;
+    if (!(tm->base_ns > 0)) {   /* the FP16 reference, once per Timing */
+        phase(tm, "timing the FP16 reference");
+        TimedCache base;
+        build_base(&base, d);
+        DecodeCache b = cache_of(&base);
+        double sec, bns = 0;
+        unsigned tiled;
+        double bmad;
+        rc = time_steps(tm, &b, &bns, &bmad, &tm->last.base_rounds, &sec, &tiled);
+        timing_cache_free(&base);
+        if (rc == 0 && !(bns > 0))
+            rc = kvc_fail("decode timing: the clock did not resolve a decode step of the FP16 cache (got %g ns)", bns);
+        if (rc == 0) tm->base_ns = tm->last.base_ns = bns;
     }
-    DecodeCache c = cache_of(tc), b = cache_of(&tm->base);
-    double ns_base = 0.0;
-    if (decode_time_pair_mad(ns, &ns_base, &tm->last_mad, &c, &b, d->Hq, tm->q, tm->threads, tm->repeat,
-                             d->V ? DECODE_FULL : DECODE_KEYS))
-        return -1;
-    if (!(*ns > 0) || !(ns_base > 0))
-        return kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns and %g ns for FP16)", *ns,
-                        ns_base);
-    *speedup = ns_base / *ns;
+    if (rc == 0) {
+        phase(tm, "timing");
+        DecodeCache c = cache_of(tc);
+        rc = time_steps(tm, &c, ns, &tm->last_mad, &tm->last.rounds, &tm->last.seconds, &tm->last.tiled);
+        if (rc == 0 && !(*ns > 0))
+            rc = kvc_fail("decode timing: the clock did not resolve a decode step (got %g ns)", *ns);
+    }
+    phase(tm, NULL);
+    if (rc) return -1;
+    *speedup = tm->base_ns / *ns;
+    tm->last.fresh = 1;
+    if (tm->last.tiled) note_tiled(tm, &tc->form, tm->last.tiled);
     if (tm->n_done == tm->cap_done) {
         tm->cap_done = tm->cap_done ? 2 * tm->cap_done : 16;
         struct Measured *m = xmalloc(tm->cap_done * sizeof *m);
@@ -198,6 +312,6 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
         free(tm->done);
         tm->done = m;
     }
-    tm->done[tm->n_done++] = (struct Measured){tc->form, *ns, *speedup, tm->last_mad};
+    tm->done[tm->n_done++] = (struct Measured){tc->form, *ns, tm->last_mad};
     return 0;
 }

@@ -8,6 +8,10 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +40,21 @@ struct Sweep {
     int started;               /* sweep_start opened the output */
     const char *cfg_name;      /* the config's name in messages */
     int resume;                /* --resume */
-    /* progress */
-    int progress;              /* stderr is a terminal and not -q */
-    size_t total, done;        /* experiments */
-    double start, last_draw, last_sync, delay;
-    int drawn;                 /* the progress line is on the screen */
+    double last_sync;          /* the last fsync of FILE */
+    /* progress: a thread redraws the line on a clock; the fields from `total` on are shared with it, under mu */
+    int progress;              /* stderr is a terminal and not -q (nor --list) */
+    int running;               /* the thread runs (from the first sweep_phase / sweep_row to progress_end) */
+    int tty_rows;              /* rows go to stdout, which is a terminal too: the line makes way for them */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;                  /* the thread is to end */
+    size_t total, done;        /* experiments of this run, and those written */
+    double start, rows_start, delay;   /* the first phase, the first row (0: none yet), KVC_PROGRESS_DELAY */
+    const char *phase;         /* "making data", "reference"; NULL: rows */
+    const char *label;         /* the row being run */
+    const char *step;          /* a step of that row ("timing"), or NULL */
+    int width;                 /* columns of the line now on the screen, cursor after it; 0: none */
 };
 
 static double now(void)
@@ -80,13 +94,20 @@ static int write_all(int fd, const char *buf, size_t n)
     return 0;
 }
 
-/* Sends one whole line (or header) to the output: one write(2) for a file. */
+static void make_way(Sweep *s, int *shown);
+static void take_back(Sweep *s, int shown);
+
+/* Sends one whole line (or header) to the output: one write(2) for a file. Rows written to a terminal's stdout
+ * take the progress line's place, and it is drawn again below them. */
 static int emit(Sweep *s, const char *buf, size_t n)
 {
     if (s->out == NULL) {
+        int shown = 0, rc = 0;
+        make_way(s, &shown);
         if (fwrite(buf, 1, n, stdout) != n || fflush(stdout) != 0)
-            return kvc_fail("stdout: write error (got %s)", strerror(errno));
-        return 0;
+            rc = kvc_fail("stdout: write error (got %s)", strerror(errno));
+        take_back(s, shown);
+        return rc;
     }
     if (write_all(s->fd, buf, n))
         return kvc_fail("%s: write error (got %s)", s->out, strerror(errno));
@@ -114,7 +135,59 @@ static FILE *memstream(char **buf, size_t *len)
     return f;
 }
 
-/* ---- progress ---- */
+/* ---- progress ----
+ * One line on stderr (a terminal), redrawn every PROGRESS_PERIOD seconds by a thread that only formats and writes
+ * it, so that it keeps its clock during a long row. The cursor stays after the text (padding is taken back with
+ * backspaces), so an interrupt's "^C" lands after it. On SIGINT, SIGTERM or SIGHUP the hook below, run by
+ * base/fileio's handler before it removes temporaries and lets the signal end the process, ends the line with a
+ * newline, so that the shell's prompt starts on a line of its own. Every write of the line happens between
+ * line_writing = 1 and 0 and only while line_dying is 0 (sequentially consistent atomics: the hook either sees
+ * the write in progress and waits for it, or the writer sees the hook and writes nothing); writers block the three
+ * signals while they write, so the hook never waits for its own thread. */
+
+#define PROGRESS_PERIOD 0.2   /* seconds between redraws */
+#define PROGRESS_COLS 79      /* the line's width at most */
+
+static atomic_int line_open;      /* the line is on the screen without its newline */
+static atomic_int line_writing;   /* a writer is writing the line */
+static atomic_int line_dying;     /* the signal hook runs: nothing more is written */
+
+static void end_line_on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&line_dying, 1);
+    double until = now() + 0.5;   /* clock_gettime is async-signal-safe; a write held up by ^S is not waited out */
+    while (atomic_load(&line_writing) && now() < until) {
+    }
+    if (atomic_load(&line_open)) {
+        ssize_t w = write(STDERR_FILENO, "\n", 1);
+        (void)w;
+    }
+}
+
+static void block_signals(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+/* Writes buf[0..n) to stderr, after which the line is open (open = 1: the cursor after the progress text) or not. */
+static void tty_write(const char *buf, size_t n, int open)
+{
+    sigset_t old;
+    block_signals(&old);
+    atomic_store(&line_writing, 1);
+    if (!atomic_load(&line_dying)) {
+        write_all(STDERR_FILENO, buf, n);
+        atomic_store(&line_open, open);
+    }
+    atomic_store(&line_writing, 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
 static void fmt_duration(char *buf, size_t cap, double sec)
 {
@@ -129,42 +202,233 @@ static void fmt_duration(char *buf, size_t cap, double sec)
     else snprintf(buf, cap, "%lus", t);
 }
 
-static void draw(Sweep *s, double t, int final)
+/* Copies src into dst (cap bytes) up to `cols` characters: control characters become spaces, a UTF-8 character is
+ * never cut. Returns the columns used (one per character). */
+static int fit(char *dst, size_t cap, const char *src, int cols)
 {
-    double el = t - s->start, rate = el > 0 ? (double)s->done / el : 0;
-    char when[32], line[160];
-    if (final)
-        fmt_duration(when, sizeof when, el);
-    else if (s->done > 0)
-        fmt_duration(when, sizeof when, (double)(s->total - s->done) / rate);
-    else
-        snprintf(when, sizeof when, "?");
-    const char *unit = s->per_head ? "experiments" : "rows";
-    int n = snprintf(line, sizeof line, "kvc: %zu/%zu %s (%.0f%%), %.*f %s/s, %s %s", s->done, s->total, unit,
-                     s->total ? 100.0 * (double)s->done / (double)s->total : 100.0,
-                     rate >= 100 ? 0 : rate >= 10 ? 1 : 2, rate, unit, final ? "in" : "ETA", when);
-    /* pad over a longer previous line; the line stays under 80 columns */
-    fprintf(stderr, "\r%s%*s%s", line, n < 79 ? 79 - n : 0, "", final ? "\n" : "\r");
-    fflush(stderr);
-    s->drawn = !final;
-    s->last_draw = t;
-}
-
-static void progress(Sweep *s)
-{
-    if (!s->progress) return;
-    double t = now();
-    if (t - s->start < s->delay) return;
-    if (s->drawn && t - s->last_draw < 0.25) return;
-    draw(s, t, 0);
-}
-
-void sweep_message(Sweep *s)
-{
-    if (s && s->drawn) {
-        fputc('\n', stderr);
-        s->drawn = 0;
+    size_t n = 0;
+    int c = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p && n + 5 < cap; p++) {
+        int cont = (*p & 0xC0) == 0x80;
+        if (!cont && c == cols) break;
+        c += !cont;
+        dst[n++] = *p < 0x20 || *p == 0x7f ? ' ' : (char)*p;
     }
+    dst[n] = '\0';
+    return c;
+}
+
+/* The text of the line at time t (under mu); final: the summary at the end. */
+static void compose(const Sweep *s, double t, int final, char *text, size_t cap)
+{
+    const char *unit = s->per_head ? "experiment" : "row";
+    double rt = s->rows_start > 0 ? t - s->rows_start : 0, rate = rt > 0 ? (double)s->done / rt : 0;
+    double pct = s->total ? 100.0 * (double)s->done / (double)s->total : 100.0;
+    char el[32], eta[32];
+    fmt_duration(el, sizeof el, t - s->start);
+    if (final) {
+        snprintf(text, cap, "kvc: %zu/%zu %ss (%.0f%%), %.*f %ss/s, in %s", s->done, s->total, unit, pct,
+                 rate >= 100 ? 0 : rate >= 10 ? 1 : 2, rate, unit, el);
+        return;
+    }
+    if (s->phase) {
+        snprintf(text, cap, "kvc: %s  %s", el, s->phase);
+        return;
+    }
+    if (s->done > 0 && rate > 0) fmt_duration(eta, sizeof eta, (double)(s->total - s->done) / rate);
+    else snprintf(eta, sizeof eta, "?");
+    size_t k = s->done < s->total ? s->done + 1 : s->total;
+    int fp16 = s->step && strstr(s->step, "FP16");   /* the reference is nobody's row: no label */
+    snprintf(text, cap, "kvc: %s  %s %zu/%zu (%.0f%%, ETA %s)  %s%s%s", el, unit, k, s->total, pct, eta,
+             s->step ? s->step : "", s->step && !fp16 ? ": " : "", fp16 || !s->label ? "" : s->label);
+}
+
+/* Redraws the line (under mu): final ends it with the summary and a newline, close ends it as it is. */
+static void draw(Sweep *s, int final, int close)
+{
+    char text[512], line[512 + 2 * PROGRESS_COLS + 8];
+    compose(s, now(), final, text, sizeof text);
+    size_t n = 0;
+    line[n++] = '\r';
+    int cols = fit(line + n, 512, text, PROGRESS_COLS);
+    n += strlen(line + n);
+    int pad = s->width > cols ? s->width - cols : 0;
+    for (int k = 0; k < pad; k++) line[n++] = ' ';
+    if (final || close) {
+        line[n++] = '\n';
+    } else {
+        for (int k = 0; k < pad; k++) line[n++] = '\b';
+    }
+    tty_write(line, n, !(final || close));
+    s->width = final || close ? 0 : cols;
+}
+
+/* Takes the line off the screen (under mu), so that other text can be written there. */
+static void clear_line(Sweep *s)
+{
+    if (s->width == 0) return;
+    char line[2 * PROGRESS_COLS + 4];
+    size_t n = 0;
+    line[n++] = '\r';
+    for (int k = 0; k < s->width; k++) line[n++] = ' ';
+    line[n++] = '\r';
+    tty_write(line, n, 0);
+    s->width = 0;
+}
+
+static int visible(const Sweep *s)
+{
+    return s->running && now() - s->start >= s->delay;
+}
+
+static void *progress_main(void *arg)
+{
+    Sweep *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        double t = now(), wake = t + PROGRESS_PERIOD;
+        if (t - s->start >= s->delay) draw(s, 0, 0);
+        else wake = s->start + s->delay;
+        struct timespec ts = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
+        if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+        while (!s->stop && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Starts the clock and, on a terminal, the thread (at the first phase). */
+static void progress_begin(Sweep *s)
+{
+    if (s->running || s->start > 0) return;
+    s->start = now();
+    if (!s->progress) return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->mu, NULL);
+    atomic_store(&line_dying, 0);
+    fileio_signal_hook(end_line_on_signal);
+    sigset_t old;
+    block_signals(&old);   /* the thread inherits the mask: the signals go to the other threads */
+    s->running = pthread_create(&s->thread, NULL, progress_main, s) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!s->running) {   /* no thread, no progress line; the run goes on */
+        fileio_signal_hook(NULL);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        s->progress = 0;
+    }
+}
+
+/* Stops the thread and ends the line: with the summary (final) or as it stands. Later text goes below it. */
+static void progress_end(Sweep *s, int final)
+{
+    if (!s->running) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    if (s->width > 0) draw(s, final, 1);   /* shown: leave the last state there */
+    s->running = 0;
+    fileio_signal_hook(NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+}
+
+static void lock(Sweep *s)
+{
+    if (s->running) pthread_mutex_lock(&s->mu);
+}
+
+static void unlock(Sweep *s)
+{
+    if (s->running) pthread_mutex_unlock(&s->mu);
+}
+
+void sweep_phase(Sweep *s, const char *phase)
+{
+    if (!s || s->list) return;
+    lock(s);
+    s->phase = phase;
+    unlock(s);
+    progress_begin(s);   /* at the first phase, which the thread then shows first */
+    lock(s);
+    if (visible(s)) draw(s, 0, 0);   /* every phase shows at once, however short */
+    unlock(s);
+}
+
+void sweep_row(Sweep *s, size_t i)
+{
+    if (!s || s->list) return;
+    lock(s);
+    s->phase = NULL;
+    s->label = s->cfg->exps[i].label;
+    s->step = NULL;
+    unlock(s);
+    progress_begin(s);
+    lock(s);
+    if (s->rows_start == 0) s->rows_start = now();
+    if (visible(s)) draw(s, 0, 0);   /* a new row shows at once */
+    unlock(s);
+}
+
+void sweep_step(Sweep *s, const char *step)
+{
+    if (!s) return;
+    lock(s);
+    s->step = step;
+    if (visible(s)) draw(s, 0, 0);
+    unlock(s);
+}
+
+void sweep_note(Sweep *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!s || !s->running) {
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+        return;
+    }
+    char msg[1024];
+    int n = vsnprintf(msg, sizeof msg - 1, fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg - 1 ? (size_t)n : sizeof msg - 2;
+    msg[len++] = '\n';
+    pthread_mutex_lock(&s->mu);
+    int shown = s->width > 0;
+    clear_line(s);
+    tty_write(msg, len, 0);
+    if (shown) draw(s, 0, 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sweep_stop(Sweep *s)
+{
+    if (s) progress_end(s, 0);
+}
+
+/* Around rows written to stdout when it is the terminal too: the line is taken off (mu held until take_back). */
+static void make_way(Sweep *s, int *shown)
+{
+    *shown = 0;
+    if (!s->running || !s->tty_rows) return;
+    pthread_mutex_lock(&s->mu);
+    *shown = s->width > 0;
+    clear_line(s);
+}
+
+static void take_back(Sweep *s, int shown)
+{
+    if (!s->running || !s->tty_rows) return;
+    if (shown) draw(s, 0, 0);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- open ---- */
@@ -289,8 +553,8 @@ static int resume(Sweep *s, const char *cfg_name, size_t *n_present)
         if (ftruncate(s->fd, (off_t)rf.complete) != 0)
             rc = kvc_fail("%s: cannot truncate the torn last line (got %s)", s->out, strerror(errno));
         else if (!s->quiet)
-            fprintf(stderr, "kvc: %s: removed a torn last line (%zu bytes) left by an interrupted run\n", s->out,
-                    rf.torn);
+            sweep_note(s, "kvc: %s: removed a torn last line (%zu bytes) left by an interrupted run", s->out,
+                       rf.torn);
     }
     s->need_header = s->fmt == FORMAT_CSV && rf.header_len == 0;   /* empty, or only a torn header */
     free(slot);
@@ -301,6 +565,7 @@ static int resume(Sweep *s, const char *cfg_name, size_t *n_present)
 
 static void sweep_free(Sweep *s)
 {
+    progress_end(s, 0);
     fileio_out_abort(&s->file);   /* closes s->fd; drops a table's temporary file */
     free(s->ids);
     free(s->rid);
@@ -323,6 +588,12 @@ Sweep *sweep_open(const SweepOpts *o, const SweepInput *in)
     s->resume = o->resume;
     s->fd = -1;
     s->quiet = o->quiet;
+    s->progress = !o->quiet && !o->list && isatty(STDERR_FILENO);
+    s->tty_rows = !o->out && isatty(STDOUT_FILENO);
+    const char *d = getenv("KVC_PROGRESS_DELAY");
+    char *end;
+    s->delay = d && *d ? strtod(d, &end) : 1.0;
+    if (!d || !*d || *end || !(s->delay >= 0)) s->delay = 1.0;
     s->per_head = in->per_head;
     s->H = in->per_head ? cfg->kv_heads : 1;
     s->per = in->per_head ? cfg->layers * cfg->kv_heads : 1;
@@ -386,17 +657,16 @@ int sweep_start(Sweep *s)
     } else {
         s->need_header = s->fmt == FORMAT_CSV;
     }
-    for (size_t i = 0; i < n; i++) s->total += s->want[i];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += s->want[i];
+    lock(s);
+    s->total = total;
+    unlock(s);
     if (s->resume && present > 0 && !s->quiet)
-        fprintf(stderr, "kvc: %s: %zu %s already there; running the other %zu\n", s->out, present,
-                s->per_head ? "experiments" : "rows", s->total);
-
-    const char *d = getenv("KVC_PROGRESS_DELAY");
-    char *end;
-    s->delay = d && *d ? strtod(d, &end) : 1.0;
-    if (!d || !*d || *end || !(s->delay >= 0)) s->delay = 1.0;
-    s->progress = !s->quiet && isatty(STDERR_FILENO);
-    s->start = s->last_sync = now();
+        sweep_note(s, "kvc: %s: %zu %s already there; running the other %zu", s->out, present,
+                   s->per_head ? "experiments" : "rows", total);
+    progress_begin(s);   /* the clock starts here at the latest */
+    s->last_sync = now();
     s->started = 1;
     return 0;
 fail:   /* as before sweep_start: sweep_close only frees */
@@ -439,8 +709,9 @@ int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i)
             }
         }
     }
+    lock(s);
     s->done++;
-    progress(s);
+    unlock(s);
     return rc;
 }
 
@@ -452,7 +723,7 @@ int sweep_close(Sweep *s, int ok)
         sweep_free(s);
         return 0;
     }
-    if (s->drawn) draw(s, now(), 1);
+    progress_end(s, ok);   /* the summary line, or the line as it stood */
     rc = header(s);
     if (rc == 0 && ok && s->fmt == FORMAT_TABLE) {
         if (!s->out) {

@@ -27,8 +27,14 @@
  * instant, whatever the size of its data: rows are selected (sweep_open) before the data exists, the output is
  * opened (sweep_start) after.
  *
- * Progress. When stderr is a terminal, -q is not given and the run has taken more than KVC_PROGRESS_DELAY
- * seconds (default 1), one line on stderr is rewritten in place: rows done/total, percent, rate, ETA.
+ * Progress. When stderr is a terminal and -q is not given, one line on stderr tells where the run is, redrawn
+ * every 0.2 s by a thread (so it keeps time during a long row) once the run has taken KVC_PROGRESS_DELAY seconds
+ * (default 1): elapsed time and the phase, "making data", "reference", or "row k/N (p%, ETA t)" with the row's
+ * label and its step ("timing", "timing the FP16 reference"). At the end it is replaced by a summary (rows
+ * done/total, rate, time) and a newline; after an error the line is ended as it stood; on SIGINT, SIGTERM or
+ * SIGHUP a hook in base/fileio's handler ends it with a newline before the process dies of the signal, so the
+ * shell's prompt starts on a line of its own. Notes (sweep_note) and rows written to stdout on the same terminal
+ * take the line's place and it is drawn again below them.
  */
 #ifndef KVC_SWEEP_H
 #define KVC_SWEEP_H
@@ -81,8 +87,18 @@ int sweep_wants(const Sweep *s, size_t i);   /* experiment i is in this shard an
  * kvc_fail on a write error (exit 1). */
 int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i);
 
-/* Ends the progress line, so that a message can follow on stderr. */
-void sweep_message(Sweep *s);
+/* Progress (see above). sweep_phase: a phase before the rows ("making data", "reference"; a static string); the
+ * first call starts the clock (else sweep_start does). sweep_row: experiment i is being run now. sweep_step: a
+ * step of that row (a static string, e.g. "timing"), NULL when it is over. Safe on NULL; nothing after --list. */
+void sweep_phase(Sweep *s, const char *phase);
+void sweep_row(Sweep *s, size_t i);
+void sweep_step(Sweep *s, const char *step);
+
+/* Writes one line (printf format, without its newline) on stderr, where the progress line makes way for it. */
+void sweep_note(Sweep *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Stops the progress line and ends it where it stands (before an error message). Safe on NULL. */
+void sweep_stop(Sweep *s);
 
 /* Finishes and frees: ok != 0 writes the table (stdout, or FILE by rename); ok == 0 drops a table's temporary
  * file and keeps every CSV/JSONL row written so far. fsyncs FILE. After --list, or without a successful
