@@ -8,6 +8,7 @@
 #include "base/attention.h"
 #include "base/linalg.h"
 #include "base/util.h"
+#include "methods/svdcache.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ int column_is_integer(Column c) { return c == COL_BYTES || c == COL_BASELINE_BYT
 void eval_reference(Reference *ref, const Data *d)
 {
     memset(ref, 0, sizeof *ref);
+    ref->svd = svdcache_new();
     size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D;
     if (d->rope.dims > 0) {
         ref->Katt = xmalloc(L * H * m * sizeof *ref->Katt);
@@ -56,6 +58,7 @@ void reference_free(Reference *ref)
     free(ref->s);
     free(ref->wsum);
     free(ref->Katt);
+    svdcache_free(ref->svd);
     memset(ref, 0, sizeof *ref);
 }
 
@@ -305,7 +308,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 *in = (MethodInput){.T = T, .D = D, .K = d->K + bb * m, .V = d->V ? d->V + bb * m : NULL,
                                     .w_ref = ref->wsum ? ref->wsum + bb * T : NULL,
                                     .K_att = ref->Katt ? ref->Katt + bb * m : NULL, .layer = bb / H, .head = h,
-                                    .seed = cfg->seed};
+                                    .seed = cfg->seed, .svd = ref->svd};
                 if (d->O) {
                     in->Q_obs = d->O + (bb / H * Hq + h * G) * d->W * D;
                     in->obs_pos = d->obs_pos;
