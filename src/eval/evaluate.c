@@ -145,7 +145,8 @@ typedef struct Eval {
     const Reference *ref;
     size_t m;                      /* T * D */
     double *dK, *dV;               /* (L, H, T, D) K' - K and V' - V, or NULL when no head rewrote it */
-    double *Kc_ord;                /* (L, H, T, D) K' where a head rewrote K (for k_zeroed_ordinary) */
+    double *Kc_ord;                /* (L, H, T, D) K' where a head rewrote K (for k_zeroed_ordinary), or NULL
+                                      without outlier channels */
     unsigned char *hasK, *hasV, *evicts;   /* per head */
     uint64_t *bytes;               /* per head */
     double *err, *kl, *ret, *rec;  /* per evaluation query */
@@ -332,11 +333,13 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         if (c.K) {
             if (!e.dK) {
                 e.dK = xcalloc(nh * m, sizeof *e.dK);
-                e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
-                memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
+                if (d->outlier_mask) {   /* read only for k_zeroed_ordinary */
+                    e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
+                    memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
+                }
             }
             for (size_t i = 0; i < m; i++) e.dK[b * m + i] = c.K[i] - K[i];
-            memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
+            if (e.Kc_ord) memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
             e.hasK[b] = 1;
         }
         if (c.V) {
