@@ -9,7 +9,8 @@
 # from /usr/bin/time (GNU time, getrusage of the child); medians; ratios numpy / kvc. Every numpy run's numbers are
 # checked against kvc's (scripts/bench-quality.py --compare) and the largest relative difference is printed.
 # Both run under scripts/numeric-env.sh (the AVX2 OpenBLAS kernels, as make test and make results); kvc pins
-# OpenBLAS to one thread, numpy uses its default threads.
+# OpenBLAS to one thread, numpy uses its default threads. BENCH_NOTE, when set, is printed in the header (say there
+# what else the machine was doing).
 set -eu
 cd "$(dirname "$0")/.."
 KVC=${KVC:-./kvc}
@@ -57,6 +58,7 @@ ratio() { awk -v a="$(median "$1" "$tmp/$2.t")" -v b="$(median "$1" "$tmp/$3.t")
 {
     echo "# kvc quality path vs numpy on the same work, $(date -u +%Y-%m-%d); cpu:$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 || echo ' unknown')"
     echo "# $(nproc 2>/dev/null || echo '?') logical CPUs; kvc $($KVC --version | cut -d' ' -f2); numpy $("$PY" -c 'import numpy; print(numpy.__version__)'); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+    [ -z "${BENCH_NOTE:-}" ] || echo "# note: $BENCH_NOTE"
     echo "# load average (1, 5, 15 min) before: $load_before, after: $load_after. On a machine shared with other"
     echo "# work the wall times stretch with the load; CPU time (user + sys) is the steadier number to compare."
     echo "# kvc run configs/lesson.json --set data.tokens=$TOKENS --set data.head_dim=$HEAD_DIM --no-timing --format csv"

@@ -8,13 +8,12 @@
  * (H*T, D); each head stores its own coefficients (T, r), the layer the basis once (2*r*D bytes per tensor,
  * split over the heads with method_split_bytes). The rank then comes from the stacked spectrum.
  * Two routes to the factors, by size. Under LOWRANK_QR_MIN numbers (8 MiB) the call is numpy's (la_svd, dgesdd:
- * U, S, Vt; coefficients U[:, :r] * S[:r]), so the digits are numpy's bit for bit. A tall matrix of at least that
- * many numbers takes the QR route instead: S and Vt from la_svd_right (a blocked QR, then the SVD of the small
- * factor R; no U), the coefficients X @ Vt[:r].T; the same numbers to about 1e-13 (the singular vectors' signs may
- * differ from numpy's, which changes nothing printed beyond rounding), about 10x faster at 65536 x 128, where
- * dgesdd's column-by-column QR streams the whole matrix from memory once per column. On this route the
- * decomposition of a data tensor is computed once per run and shared through MethodInput.svd (svdcache.h) by
- * every experiment on it: ranks 32, 16 and 8 of one tensor cost one decomposition.
+ * U, S, Vt; coefficients U[:, :r] * S[:r]), so the digits are numpy's bit for bit. A matrix of at least that many
+ * numbers and twice as many rows as columns takes the QR route instead: S and Vt from la_svd_right (a blocked QR,
+ * then the SVD of the small factor R; no U; numpy's signs), the coefficients X @ Vt[:r].T; the same numbers to about
+ * 1e-13, about 10x faster at 65536 x 128, where dgesdd's column-by-column QR streams the whole matrix from memory
+ * once per column. On this route the decomposition of a data tensor is computed once per run and shared through
+ * MethodInput.svd (svdcache.h) by every experiment on it: ranks 32, 16 and 8 of one tensor cost one decomposition.
  * The factored form (coefficients, basis) is also returned in Compressed.Kcoef/Kbasis/Vcoef/Vbasis, which
  * pipelines read (e.g. to quantize the coefficients). The stored form (Compressed.stored) is the rank-r FP16
  * tensor of src/store/store.h (coefficients and basis; a decode step scores through them: q' = B q once, then
