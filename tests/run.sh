@@ -57,6 +57,7 @@ test_files.py
 test_generators.py
 test_ggml.py
 test_lesson.py
+test_lowrank_qr.py
 test_oracle_lesson.py
 test_peers.py
 test_plot_style.py

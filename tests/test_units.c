@@ -19,6 +19,7 @@
 #include "eval/evaluate.h"
 #include "base/linalg.h"
 #include "methods/methods.h"
+#include "methods/svdcache.h"
 #include "report/report.h"
 #include "base/util.h"
 #include "check.h"
@@ -376,6 +377,73 @@ static void test_svd(void)
     rc = la_svd(U1, S1, Vt1, rank1, 2, 3);
     check(rc == 0 && fabs(S1[0] - sqrt(70.0)) < 1e-13 && fabs(S1[1]) < 1e-13, "la_svd_rank1",
           "expected S = [sqrt(70) 0], got [%.17g %.17g]", S1[0], S1[1]);
+}
+
+/* la_svd_right (the QR route of lowrank): S and the row space as la_svd's, the signs of Vt as numpy's (dgesdd's),
+ * the same bits however the rows are split into blocks, and the cache handing back what it computed once. */
+static void test_svd_right(void)
+{
+    enum { M = 2500, N = 24 };   /* more than LA_QR_ROWS rows: three blocks, the last one short */
+    double *A = xmalloc(M * N * sizeof *A), *U = xmalloc(M * N * sizeof *U), S[N], Vt[N * N], S2[N], Vt2[N * N];
+    lcg_state = 11;
+    for (size_t i = 0; i < M; i++)   /* rank 6 plus small noise: singular values from ~60 down to ~0.3 */
+        for (size_t j = 0; j < N; j++) A[i * N + j] = 0.3 * lcg();
+    for (size_t k = 0; k < 6; k++) {
+        double a[N];
+        for (size_t j = 0; j < N; j++) a[j] = lcg();
+        for (size_t i = 0; i < M; i++) {
+            double c = lcg();
+            for (size_t j = 0; j < N; j++) A[i * N + j] += c * a[j];
+        }
+    }
+    const double *one[1] = {A};
+    const size_t rows1[1] = {M};
+    int rc = la_svd_right(S2, Vt2, one, rows1, 1, N);
+    check(rc == 0, "la_svd_right_rc", "expected 0, got %d (%s)", rc, kvc_errmsg());
+    la_svd(U, S, Vt, A, M, N);
+    double ds = 0, dv = 0;
+    for (size_t k = 0; k < N; k++) {
+        ds = fmax(ds, fabs(S2[k] - S[k]) / S[0]);
+        double dot = 0;
+        for (size_t j = 0; j < N; j++) dot += Vt[k * N + j] * Vt2[k * N + j];
+        dv = fmax(dv, fabs(dot - 1));   /* the same vector with the same sign: dot = 1 */
+    }
+    check(ds <= 1e-14, "la_svd_right_S_as_la_svd", "max |S - S_numpy| / S[0] = %g", ds);
+    check(dv <= 1e-12, "la_svd_right_Vt_as_la_svd_signs_too", "max |v_k . v_k,numpy - 1| = %g", dv);
+    const double *three[3] = {A, A + 7 * N, A + 1100 * N};
+    const size_t rows3[3] = {7, 1093, M - 1100};
+    rc = la_svd_right(S, Vt, three, rows3, 3, N);
+    check(rc == 0 && memcmp(S, S2, sizeof S) == 0 && memcmp(Vt, Vt2, sizeof Vt) == 0, "la_svd_right_split_invariant",
+          "rc %d; S or Vt differ when the rows come in 3 pieces", rc);
+    rc = la_svd_right(S, Vt, one, (const size_t[]){N - 1}, 1, N);
+    check(rc == -1 && strstr(kvc_errmsg(), "23 x 24"), "la_svd_right_wide_fails", "expected -1 naming 23 x 24, got %d %s",
+          rc, kvc_errmsg());
+
+    SvdCache *c = svdcache_new();
+    const double *cs, *cv, *cs2, *cv2;
+    int owned = 1, owned2 = 1;
+    rc = svdcache_get(c, three, rows3, 3, N, &cs, &cv, &owned);
+    int rc2 = svdcache_get(c, three, rows3, 3, N, &cs2, &cv2, &owned2);
+    check(rc == 0 && rc2 == 0 && !owned && !owned2 && cs == cs2 && cv == cv2 && memcmp(cs, S2, sizeof S2) == 0,
+          "svdcache_computes_once", "rc %d %d, owned %d %d, same arrays %d", rc, rc2, owned, owned2, cs == cs2);
+    rc = svdcache_get(c, one, rows1, 1, N, &cs2, &cv2, &owned2);   /* another key (one block): a new entry */
+    check(rc == 0 && cs2 != cs && memcmp(cs2, S2, sizeof S2) == 0, "svdcache_keyed_by_blocks", "rc %d", rc);
+    rc = svdcache_get(NULL, one, rows1, 1, N, &cs2, &cv2, &owned2);
+    check(rc == 0 && owned2 && memcmp(cv2, Vt2, sizeof Vt2) == 0, "svdcache_none_gives_owned", "rc %d owned %d", rc,
+          owned2);
+    if (rc == 0) {
+        free((double *)cs2);
+        free((double *)cv2);
+    }
+    svdcache_free(c);
+    free(A);
+    free(U);
+
+    const double P[6] = {1, 2, 3, 4, 5, 6}, Q[6] = {1, 0, -1, 2, 1, 0};   /* (2, 3) @ (2, 3).T */
+    double C[4];
+    la_matmul_bt(C, P, Q, 2, 3, 2);
+    check(C[0] == -2 && C[1] == 4 && C[2] == -2 && C[3] == 13, "la_matmul_bt_2x3x2", "expected [-2 4; -2 13], got "
+          "[%g %g; %g %g]", C[0], C[1], C[2], C[3]);
 }
 
 /* ================================================================ attention */
@@ -1411,6 +1479,7 @@ int main(void)
     test_la_sum();
     test_products();
     test_svd();
+    test_svd_right();
     test_attention();
     test_registry();
     test_quantize();

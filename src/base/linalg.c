@@ -25,6 +25,14 @@ void la_matmul(double *C, const double *A, const double *B, size_t M, size_t K, 
                 A, to_int(K), B, to_int(N), 0.0, C, to_int(N));
 }
 
+void la_matmul_bt(double *C, const double *A, const double *B, size_t M, size_t K, size_t N)
+{
+    if (M == 0 || N == 0) return;
+    if (K == 0) { memset(C, 0, M * N * sizeof *C); return; }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_int(M), to_int(N), to_int(K), 1.0,
+                A, to_int(K), B, to_int(K), 0.0, C, to_int(N));
+}
+
 void la_matvec(double *y, const double *A, const double *x, size_t M, size_t N)
 {
     if (M == 0) return;
@@ -111,5 +119,91 @@ int la_svd(double *U, double *S, double *Vt, const double *A, size_t M, size_t N
     free(work);
     if (info != 0)
         return kvc_fail("svd: LAPACKE_dgesdd failed on a %zu x %zu matrix (got info %d)", M, N, (int)info);
+    return 0;
+}
+
+/* Column-major copy (ld = b) of b stacked rows of width N, starting at row t of block *k; advances (*k, t). */
+static void gather_block(double *blk, size_t b, size_t N, const double *const *x, const size_t *rows, size_t *k,
+                         size_t *t)
+{
+    for (size_t i = 0; i < b; i++) {
+        while (*t == rows[*k]) { ++*k; *t = 0; }
+        const double *row = x[*k] + *t * N;
+        for (size_t j = 0; j < N; j++) blk[j * b + i] = row[j];
+        ++*t;
+    }
+}
+
+/* Makes R (N, N, column-major, upper) the triangular factor LAPACK's Householder QR (dgeqrf: H = I - tau v v^T with
+ * dlarfg's beta = -sign(alpha) |x|) gives for A = Q R, A's first N rows A1 in x: that factor is D R for a diagonal D
+ * of signs, and D follows from the top block Q1 = A1 R^-1 of the thin Q. The reflectors' Q_hh = Q D = I - V T V^T,
+ * so Q1 - D = V1 (-T V1^T D): an LU factorization without pivoting whose pivots are -d_j tau_j, tau_j in [1, 2];
+ * with w_j the (j, j) entry of the Schur complement of Q1 at step j, the pivot w_j - d_j has that size only for
+ * d_j = -sign(w_j) (Ballard et al., "Reconstructing Householder vectors from tall-skinny QR", 2014). The signs of
+ * dgesdd's singular vectors follow from those of R (dgesdd of a tall A reduces it with dgeqrf first), so they come
+ * out as numpy's. A w_j at rounding level (A rank deficient there) leaves d_j to chance, as it leaves LAPACK's own
+ * sign; such rows of R are at rounding level too. */
+static void householder_signs(double *R, const double *const *x, const size_t *rows, size_t N)
+{
+    double *W = xmalloc(N * N * sizeof *W);   /* column-major Q1 = A1 R^-1, then its LU in place */
+    size_t k = 0, t = 0;
+    for (size_t i = 0; i < N; i++) {
+        while (t == rows[k]) { k++; t = 0; }
+        for (size_t j = 0; j < N; j++) W[j * N + i] = x[k][t * N + j];
+        t++;
+    }
+    cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, to_int(N), to_int(N), 1.0, R,
+                to_int(N), W, to_int(N));
+    for (size_t j = 0; j < N; j++) {
+        double d = W[j * N + j] >= 0 ? -1.0 : 1.0;
+        W[j * N + j] -= d;
+        for (size_t c = j; c < N; c++) R[c * N + j] *= d;   /* row j of R */
+        double p = W[j * N + j];
+        for (size_t i = j + 1; i < N; i++) W[j * N + i] /= p;
+        for (size_t c = j + 1; c < N; c++) {
+            double u = W[c * N + j];
+            for (size_t i = j + 1; i < N; i++) W[c * N + i] -= W[j * N + i] * u;
+        }
+    }
+    free(W);
+}
+
+int la_svd_right(double *S, double *Vt, const double *const *x, const size_t *rows, size_t n, size_t N)
+{
+    size_t M = 0;
+    for (size_t k = 0; k < n; k++) M += rows[k];
+    if (N == 0 || M < N) return kvc_fail("svd: la_svd_right needs a tall matrix, rows >= columns >= 1 (got %zu x %zu)",
+                                         M, N);
+    size_t b = N > LA_QR_ROWS ? N : LA_QR_ROWS;   /* rows per block: the first one holds at least N */
+    lapack_int nb = N < 32 ? (lapack_int)N : 32, Ni = (lapack_int)N, info = 0;
+    double *blk = xmalloc(b * N * sizeof *blk), *R = xcalloc(N * N, sizeof *R);
+    double *T = xmalloc((size_t)nb * N * sizeof *T), *work = xmalloc((size_t)nb * N * sizeof *work);
+    size_t k = 0, t = 0;
+    for (size_t o = 0; o < M && info == 0; o += b) {
+        size_t m = M - o < b ? M - o : b;
+        gather_block(blk, m, N, x, rows, &k, &t);
+        lapack_int mi = (lapack_int)m;
+        if (o == 0) {   /* the first block's QR; R = its upper triangle */
+            info = LAPACKE_dgeqrt_work(LAPACK_COL_MAJOR, mi, Ni, nb, blk, mi, T, nb, work);
+            for (size_t j = 0; j < N; j++) memcpy(R + j * N, blk + j * m, (j + 1) * sizeof *R);
+        } else {        /* QR of [R; block]: R updated in place */
+            info = LAPACKE_dtpqrt_work(LAPACK_COL_MAJOR, mi, Ni, 0, nb, R, Ni, blk, mi, T, nb, work);
+        }
+    }
+    free(blk); free(T); free(work);
+    if (info == 0) householder_signs(R, x, rows, N);
+    if (info != 0) {
+        free(R);
+        return kvc_fail("svd: the blocked QR (LAPACK dgeqrt/dtpqrt) failed on a %zu x %zu matrix (got info %d)", M, N,
+                        (int)info);
+    }
+    double *U = xmalloc(N * N * sizeof *U), *Vc = xmalloc(N * N * sizeof *Vc);
+    info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', Ni, Ni, R, Ni, S, U, Ni, Vc, Ni);
+    for (size_t i = 0; info == 0 && i < N; i++)   /* column-major Vt to row-major */
+        for (size_t j = 0; j < N; j++) Vt[i * N + j] = Vc[j * N + i];
+    free(R); free(U); free(Vc);
+    if (info != 0)
+        return kvc_fail("svd: LAPACKE_dgesdd failed on the %zu x %zu factor R of a %zu x %zu matrix (got info %d)", N, N,
+                        M, N, (int)info);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "base/attention.h"
 #include "base/linalg.h"
 #include "base/util.h"
+#include "methods/svdcache.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ int column_is_integer(Column c)
 void eval_reference(Reference *ref, const Data *d)
 {
     memset(ref, 0, sizeof *ref);
+    ref->svd = svdcache_new();
     size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D;
     if (d->rope.dims > 0) {
         ref->Katt = xmalloc(L * H * m * sizeof *ref->Katt);
@@ -59,6 +61,7 @@ void reference_free(Reference *ref)
     free(ref->s);
     free(ref->wsum);
     free(ref->Katt);
+    svdcache_free(ref->svd);
     memset(ref, 0, sizeof *ref);
 }
 
@@ -145,7 +148,8 @@ typedef struct Eval {
     const Reference *ref;
     size_t m;                      /* T * D */
     double *dK, *dV;               /* (L, H, T, D) K' - K and V' - V, or NULL when no head rewrote it */
-    double *Kc_ord;                /* (L, H, T, D) K' where a head rewrote K (for k_zeroed_ordinary) */
+    double *Kc_ord;                /* (L, H, T, D) K' where a head rewrote K (for k_zeroed_ordinary), or NULL
+                                      without outlier channels */
     unsigned char *hasK, *hasV, *evicts;   /* per head */
     uint64_t *bytes;               /* per head */
     double *err, *kl, *ret, *rec;  /* per evaluation query */
@@ -308,7 +312,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 *in = (MethodInput){.T = T, .D = D, .K = d->K + bb * m, .V = d->V ? d->V + bb * m : NULL,
                                     .w_ref = ref->wsum ? ref->wsum + bb * T : NULL,
                                     .K_att = ref->Katt ? ref->Katt + bb * m : NULL, .layer = bb / H, .head = h,
-                                    .seed = cfg->seed};
+                                    .seed = cfg->seed, .svd = ref->svd};
                 if (d->O) {
                     in->Q_obs = d->O + (bb / H * Hq + h * G) * d->W * D;
                     in->obs_pos = d->obs_pos;
@@ -332,11 +336,13 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         if (c.K) {
             if (!e.dK) {
                 e.dK = xcalloc(nh * m, sizeof *e.dK);
-                e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
-                memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
+                if (d->outlier_mask) {   /* read only for k_zeroed_ordinary */
+                    e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
+                    memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
+                }
             }
             for (size_t i = 0; i < m; i++) e.dK[b * m + i] = c.K[i] - K[i];
-            memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
+            if (e.Kc_ord) memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
             e.hasK[b] = 1;
         }
         if (c.V) {

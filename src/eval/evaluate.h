@@ -60,8 +60,10 @@ typedef struct Reference {
     double *s;       /* (L, Hq, N, T) exact attention scores (q . k / sqrt(D)), or NULL */
     double *wsum;    /* (L, H, T) per KV head: sum of w over its G query heads, then its N queries; or NULL */
     double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL */
+    struct SvdCache *svd;   /* the decompositions of d's tensors the experiments share (methods/svdcache.h) */
 } Reference;
 
+/* ref holds what the experiments on d share, so d must outlive it (reference_free first). */
 void eval_reference(Reference *ref, const Data *d);
 void reference_free(Reference *ref);   /* safe on a zeroed Reference */
 

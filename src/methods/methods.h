@@ -90,6 +90,8 @@ typedef struct MethodInput {
     const size_t *pos;    /* (T,) ascending token positions of the rows, or NULL: row t is token t. Set inside a
                              pipeline after an eviction step; compare with obs_pos through it */
     const char *seed;     /* the config's seed, a decimal integer string (methods that draw: `random`), or NULL */
+    struct SvdCache *svd; /* decompositions shared by the run's experiments (src/methods/svdcache.h), or NULL; set
+                             only while K and V are the run's data tensors (never on rows a pipeline made) */
 } MethodInput;
 
 /* The stored form of one (layer, KV head): the tensors the compressed cache holds for it, exactly as the method

@@ -134,6 +134,7 @@ static void init_stored(Stored *st, const MethodInput *in, size_t H, size_t g)
         p->pos = xmalloc(T * sizeof *p->pos);
         for (size_t t = 0; t < T; t++) p->pos[t] = t;
         p->base = *a;
+        p->base.svd = NULL;   /* steps see the pipeline's own rows, never the data tensors the cache is keyed on */
         p->base.head = s;
         p->base.n_obs_heads = a->n_obs_heads * g;
         for (int x = 0; x < 1 + has_v; x++) {
