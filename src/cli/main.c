@@ -9,6 +9,10 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 
@@ -54,6 +58,14 @@ static int finish(int rc)
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* Every experiment allocates and frees tensors of tens of MiB; glibc would map each one fresh (and fault in
+     * its pages again) and unmap it on free. Keeping them in the heap, never trimmed, lets the next experiment
+     * reuse pages already faulted in: the kvc run of README's quality benchmark spends 0.2 s in the kernel
+     * instead of 0.75 s, with the same peak RSS. */
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
     la_init();
     prov_argc = argc, prov_argv = argv;
     if (argc < 2) {
