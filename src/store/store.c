@@ -566,7 +566,7 @@ static unsigned intn_get(const uint8_t *buf, size_t off, int b)
 
 /* The group scales (and mins) of the input into st->params; exact != NULL: also the unrounded ones, exact[2k]
  * the scale and exact[2k + 1] the min of group k (the lesson's simplification, see store.h). */
-static void intn_params(StoreTensor *st, const double *xd, const float *xf, double *exact)
+static void intn_params_generic(StoreTensor *st, const double *xd, const float *xf, double *exact)
 {
     size_t T = st->T, W = st->W, g = intn_g(st), per = intn_per(st), ng = st->n_groups;
     int b = st->fmt.bits, asym = st->fmt.asym;
@@ -602,7 +602,7 @@ static void intn_params(StoreTensor *st, const double *xd, const float *xf, doub
 }
 
 /* Codes of row t against the stored parameters, or the exact ones (unrounded mode). */
-static void intn_code_row(StoreTensor *st, size_t t, const double *xd, const float *xf, const double *exact)
+static void intn_code_row_generic(StoreTensor *st, size_t t, const double *xd, const float *xf, const double *exact)
 {
     size_t W = st->W, g = intn_g(st), per = intn_per(st), ng = st->n_groups;
     int b = st->fmt.bits, asym = st->fmt.asym;
@@ -623,7 +623,7 @@ static void intn_code_row(StoreTensor *st, size_t t, const double *xd, const flo
 }
 
 /* x (t0..t0+n rows, W) = the values of st: the stored parameters, or exact ones (unrounded mode) */
-static void intn_dequantize(double *x, const StoreTensor *st, const double *exact, size_t t0, size_t n)
+static void intn_dequantize_generic(double *x, const StoreTensor *st, const double *exact, size_t t0, size_t n)
 {
     size_t W = st->W, g = intn_g(st), per = intn_per(st), ng = st->n_groups;
     int b = st->fmt.bits, asym = st->fmt.asym;
@@ -636,6 +636,174 @@ static void intn_dequantize(double *x, const StoreTensor *st, const double *exac
             double sc = exact ? exact[2 * k] : intn_get_param(st, k);
             if (asym) x[i * W + j] = code * sc + (exact ? exact[2 * k + 1] : intn_get_param(st, ng + k));
             else x[i * W + j] = code * sc;
+        }
+    }
+}
+
+
+/* Fast paths for double input and codes of 2, 4 or 8 bits (they never straddle a byte): each group's
+ * parameters are fetched once and its elements run in a plain loop. The codes, parameters and values are
+ * the generic functions' above, bit for bit (same operations in the same order; round_even is rint). */
+
+/* rint(y) in the default rounding mode without a libm call: below 2^52, adding and subtracting 2^52 rounds
+ * to the nearest integer, ties to even, exactly; above, y is an integer already (or not finite). */
+static inline double round_even(double y)
+{
+    double a = fabs(y);
+    if (a < 0x1p52) a = (a + 0x1p52) - 0x1p52;
+    return copysign(a, y);
+}
+
+static int intn_fast(const StoreTensor *st, const float *xf)
+{
+    return !xf && (st->fmt.bits == 2 || st->fmt.bits == 4 || st->fmt.bits == 8);
+}
+
+/* Scale and min of group k, as the code and value loops use them. */
+static void intn_group_params(const StoreTensor *st, const double *exact, size_t k, double *sc, double *mn)
+{
+    *sc = exact ? exact[2 * k] : intn_get_param(st, k);
+    *mn = !st->fmt.asym ? 0.0 : exact ? exact[2 * k + 1] : intn_get_param(st, st->n_groups + k);
+}
+
+/* Codes of x[0..n) with one scale and min, ORed into the stream from bit `bit0` (b bits each). */
+static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t n, double sc, double mn, int asym,
+                           int b)
+{
+    double levels = asym ? (double)((1u << b) - 1u) : (double)((1u << (b - 1)) - 1u), lo = asym ? 0.0 : -levels;
+    int off = asym ? 0 : 1 << (b - 1);
+    if (sc == 0.0) {   /* every code is q = 0 */
+        for (size_t j = 0, o = bit0; j < n; j++, o += (size_t)b) codes[o / 8] |= (uint8_t)(off << (o % 8));
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        double v = x[j], q = 0.0;
+        if (!isnan(v)) {
+            q = round_even(asym ? (v - mn) / sc : v / sc);
+            if (q > levels) q = levels;
+            if (q < lo) q = lo;
+        }
+        size_t o = bit0 + j * (size_t)b;
+        codes[o / 8] |= (uint8_t)(((unsigned)((int)q + off)) << (o % 8));
+    }
+}
+
+static void intn_params(StoreTensor *st, const double *xd, const float *xf, double *exact)
+{
+    if (!intn_fast(st, xf)) {
+        intn_params_generic(st, xd, xf, exact);
+        return;
+    }
+    size_t T = st->T, W = st->W, g = intn_g(st), per = intn_per(st), ng = st->n_groups;
+    int b = st->fmt.bits, asym = st->fmt.asym;
+    double levels = asym ? (double)((1u << b) - 1u) : (double)((1u << (b - 1)) - 1u);
+    double *lo = xmalloc(ng * sizeof *lo), *hi = xmalloc(ng * sizeof *hi);
+    for (size_t k = 0; k < ng; k++) {
+        lo[k] = asym ? HUGE_VAL : 0.0;
+        hi[k] = asym ? -HUGE_VAL : 0.0;
+    }
+    for (size_t t = 0; t < T; t++) {
+        const double *x = xd + t * W;
+        if (st->fmt.axis == STORE_AXIS_TOKEN) {   /* group k = t * per + j / g: spans of the row, each seen once */
+            for (size_t q = 0; q < per; q++) {
+                size_t j0 = q * g, j1 = j0 + g < W ? j0 + g : W, k = t * per + q;
+                double l = lo[k], h = hi[k];
+                if (asym) {
+                    for (size_t j = j0; j < j1; j++) {
+                        if (x[j] < l) l = x[j];
+                        if (x[j] > h) h = x[j];
+                    }
+                } else {
+                    for (size_t j = j0; j < j1; j++)
+                        if (fabs(x[j]) > h) h = fabs(x[j]);
+                }
+                lo[k] = l;
+                hi[k] = h;
+            }
+        } else {   /* group k = t / g * W + j */
+            double *l = lo + t / g * W, *h = hi + t / g * W;
+            if (asym) {
+                for (size_t j = 0; j < W; j++) {
+                    if (x[j] < l[j]) l[j] = x[j];
+                    if (x[j] > h[j]) h[j] = x[j];
+                }
+            } else {
+                for (size_t j = 0; j < W; j++)
+                    if (fabs(x[j]) > h[j]) h[j] = fabs(x[j]);
+            }
+        }
+    }
+    for (size_t k = 0; k < ng; k++) {
+        double scale = asym ? (hi[k] >= lo[k] ? (hi[k] - lo[k]) / levels : 0.0) : hi[k] / levels;
+        double m = asym && hi[k] >= lo[k] ? lo[k] : 0.0;
+        intn_put_param(st, k, intn_round_param(scale, st->fmt.scale_type));
+        if (asym) intn_put_param(st, ng + k, intn_round_param(m, st->fmt.scale_type));
+        if (exact) {
+            exact[2 * k] = scale;
+            exact[2 * k + 1] = m;
+        }
+    }
+    free(lo);
+    free(hi);
+}
+
+static void intn_code_row(StoreTensor *st, size_t t, const double *xd, const float *xf, const double *exact)
+{
+    if (!intn_fast(st, xf)) {
+        intn_code_row_generic(st, t, xd, xf, exact);
+        return;
+    }
+    size_t W = st->W, g = intn_g(st), per = intn_per(st), b = (size_t)st->fmt.bits, bit0 = t * W * b;
+    double sc, mn;
+    if (st->fmt.axis == STORE_AXIS_TOKEN) {
+        for (size_t q = 0; q < per; q++) {
+            size_t j0 = q * g, j1 = j0 + g < W ? j0 + g : W;
+            intn_group_params(st, exact, t * per + q, &sc, &mn);
+            intn_code_span(st->codes, bit0 + j0 * b, xd + j0, j1 - j0, sc, mn, st->fmt.asym, (int)b);
+        }
+    } else {
+        for (size_t j = 0; j < W; j++) {
+            intn_group_params(st, exact, t / g * W + j, &sc, &mn);
+            intn_code_span(st->codes, bit0 + j * b, xd + j, 1, sc, mn, st->fmt.asym, (int)b);
+        }
+    }
+}
+
+/* x[0..n) = the values of codes from bit `bit0` with one scale and min */
+static void intn_value_span(double *x, const uint8_t *codes, size_t bit0, size_t n, double sc, double mn, int asym,
+                            int b)
+{
+    int off = asym ? 0 : 1 << (b - 1);
+    unsigned mask = (1u << b) - 1u;
+    for (size_t j = 0; j < n; j++) {
+        size_t o = bit0 + j * (size_t)b;
+        double code = (double)((int)((codes[o / 8] >> (o % 8)) & mask) - off);
+        x[j] = asym ? code * sc + mn : code * sc;
+    }
+}
+
+static void intn_dequantize(double *x, const StoreTensor *st, const double *exact, size_t t0, size_t n)
+{
+    if (!intn_fast(st, NULL)) {
+        intn_dequantize_generic(x, st, exact, t0, n);
+        return;
+    }
+    size_t W = st->W, g = intn_g(st), per = intn_per(st), b = (size_t)st->fmt.bits;
+    double sc, mn;
+    for (size_t i = 0; i < n; i++) {
+        size_t t = t0 + i, bit0 = t * W * b;
+        double *y = x + i * W;
+        if (st->fmt.axis == STORE_AXIS_TOKEN) {
+            for (size_t q = 0; q < per; q++) {
+                size_t j0 = q * g, j1 = j0 + g < W ? j0 + g : W;
+                intn_group_params(st, exact, t * per + q, &sc, &mn);
+                intn_value_span(y + j0, st->codes, bit0 + j0 * b, j1 - j0, sc, mn, st->fmt.asym, (int)b);
+            }
+        } else {
+            for (size_t j = 0; j < W; j++) {
+                intn_group_params(st, exact, t / g * W + j, &sc, &mn);
+                intn_value_span(y + j, st->codes, bit0 + j * b, 1, sc, mn, st->fmt.asym, (int)b);
+            }
         }
     }
 }
