@@ -282,6 +282,21 @@ static void eval_free(Eval *e)
     free(e->err); free(e->kl); free(e->ret); free(e->rec);
 }
 
+/* *x' = *x' - x (m numbers) in place, then stored as head b of the (nh, m) difference *dst: with nh == 1 the
+ * buffer itself becomes *dst (and *x' is NULL), else it is copied into *dst (zeros where no head rewrote it). */
+static void take_difference(double **dst, double **xc, const double *x, size_t b, size_t nh, size_t m)
+{
+    double *y = *xc;
+    for (size_t i = 0; i < m; i++) y[i] = y[i] - x[i];
+    if (nh == 1) {
+        *dst = y;
+        *xc = NULL;
+        return;
+    }
+    if (!*dst) *dst = xcalloc(nh * m, sizeof **dst);
+    memcpy(*dst + b * m, y, m * sizeof *y);
+}
+
 /* Runs the method on every head; fills the aggregate row and/or the per-head rows. */
 static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
                     Timing *tm)
@@ -334,26 +349,24 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         Compressed c = cs[b % H];
         memset(&cs[b % H], 0, sizeof c);
         if (c.K) {
-            if (!e.dK) {
-                e.dK = xcalloc(nh * m, sizeof *e.dK);
-                if (d->outlier_mask) {   /* read only for k_zeroed_ordinary */
+            if (d->outlier_mask) {   /* read only for k_zeroed_ordinary */
+                if (!e.Kc_ord) {
                     e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
                     memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
                 }
+                memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
             }
-            for (size_t i = 0; i < m; i++) e.dK[b * m + i] = c.K[i] - K[i];
-            if (e.Kc_ord) memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
             e.hasK[b] = 1;
         }
-        if (c.V) {
-            if (!e.dV) e.dV = xcalloc(nh * m, sizeof *e.dV);
-            for (size_t i = 0; i < m; i++) e.dV[b * m + i] = c.V[i] - V[i];
-            e.hasV[b] = 1;
-        }
+        e.hasV[b] = c.V != NULL;
         e.evicts[b] = c.kept != NULL;
         e.bytes[b] = c.bytes;
         if (timed) timing_cache_add(&stored, &c.stored);
         if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
+        /* K' - K and V' - V, computed in place in K' and V' once the attention has read them; with one head the
+         * buffer itself is kept (no copy) */
+        if (c.K) take_difference(&e.dK, &c.K, K, b, nh, m);
+        if (c.V) take_difference(&e.dV, &c.V, V, b, nh, m);
         compressed_free(&c);
     }
     free(ins);
