@@ -57,7 +57,7 @@ row() {  # row LABEL NAME
 ratio() { awk -v a="$(median "$1" "$tmp/$2.t")" -v b="$(median "$1" "$tmp/$3.t")" 'BEGIN { printf "%.2f", a / b }'; }
 {
     echo "# kvc quality path vs numpy on the same work, $(date -u +%Y-%m-%d); cpu:$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 || echo ' unknown')"
-    echo "# $(nproc 2>/dev/null || echo '?') logical CPUs; kvc $($KVC --version | cut -d' ' -f2); numpy $("$PY" -c 'import numpy; print(numpy.__version__)'); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+    echo "# $(nproc 2>/dev/null || echo '?') logical CPUs; kvc $($KVC --version | head -n 1 | cut -d' ' -f2) ($($KVC --version | sed -n 's/^commit: *//p')); numpy $("$PY" -c 'import numpy; print(numpy.__version__)'); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
     [ -z "${BENCH_NOTE:-}" ] || echo "# note: $BENCH_NOTE"
     echo "# load average (1, 5, 15 min) before: $load_before, after: $load_after. On a machine shared with other"
     echo "# work the wall times stretch with the load; CPU time (user + sys) is the steadier number to compare."
