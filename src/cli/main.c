@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 #include "base/linalg.h"
+#include "base/memlimit.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -53,6 +54,7 @@ static int finish(int rc)
 
 int main(int argc, char **argv)
 {
+    memlimit_blas_reexec(argv);   /* under ulimit -v/-d: again without OpenBLAS's idle threads (memlimit.h) */
     la_init();
     if (argc < 2) {
         cmd_usage_main(stderr);
