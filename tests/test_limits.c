@@ -77,6 +77,7 @@ static void check_scan(void)
         {"{\"k\\u0041\xc3\": 1}", JSON_BAD_UTF8, 9, "kA"},                   /* a key, cut at the bad byte */
         {"{\"a\": \"\xe2\x82\"}", JSON_BAD_UTF8, 7, "a"},
         {"{\"caf\xc3\xa9\": \"\xf0\x9f\x98\x80\"}", JSON_OK, 0, ""},
+        {"{\"caf\xc3\xa9\": {\"x\\u0000\": 1}}", JSON_NUL_CHAR, 13, "caf\xc3\xa9.x"},   /* UTF-8 keys as they are */
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         char path[256], name[64];

@@ -272,15 +272,17 @@ static int js_digits(JsonScan *j)
     return JSON_OK;
 }
 
-/* Appends "." (unless the path is empty) and s[0..n) to the path, as it reads: escapes of printable ASCII
- * decoded (\", \\, \/, \u0041), other escapes and bytes from 0x80 up as \xNN or the escape itself. */
+/* Appends "." (unless the path is empty) and the key s[0..n) to the path, as it reads: escapes of printable ASCII
+ * decoded (\", \\, \/, \u0041), other escapes as written. s is well-formed UTF-8 (js_string checked it, up to an
+ * error that ends it), so its other bytes are copied as they are. */
 static void js_path_push(JsonScan *j, const char *s, size_t n)
 {
     if (!j->path) return;
     size_t k = j->plen;
     if (k && k + 1 < j->cap) j->path[k++] = '.';
-    for (size_t i = 0; i < n && k + 5 < j->cap; i++) {
+    for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if ((c & 0xC0) != 0x80 && k + 6 > j->cap) break;   /* room for a whole character (at most 4 bytes) */
         if (c == '\\' && i + 1 < n && strchr("\"\\/", s[i + 1])) {
             j->path[k++] = s[++i];
         } else if (c == '\\' && i + 5 < n && s[i + 1] == 'u') {
@@ -293,8 +295,6 @@ static void js_path_push(JsonScan *j, const char *s, size_t n)
             } else {
                 j->path[k++] = '\\';
             }
-        } else if (c >= 0x80) {
-            k += (size_t)snprintf(j->path + k, j->cap - k, "\\x%02x", c);
         } else {
             j->path[k++] = (char)c;
         }
