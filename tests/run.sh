@@ -26,6 +26,7 @@ test_decode.c
 test_edge.c
 test_expid.c
 test_fuzz_regress.c
+test_limits.c
 test_methods.c
 test_metrics.c
 test_quant.c
@@ -56,6 +57,7 @@ test_expid.py
 test_files.py
 test_generators.py
 test_ggml.py
+test_inputs.py
 test_lesson.py
 test_lowrank_qr.py
 test_oracle_lesson.py

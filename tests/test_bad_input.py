@@ -140,7 +140,12 @@ def config_text(c):
         if old not in text:
             raise SystemExit("%s:%d: case %s: %r is not in the base text" % (CASES, c["_line"], c["name"], old))
         text = text.replace(old, new, 1)
-    return text.encode("utf-8")
+    data = text.encode("utf-8")
+    for old, new in c.get("bytes", []):   # raw bytes (e.g. invalid UTF-8): each character of `new` is one byte
+        if old.encode("utf-8") not in data:
+            raise SystemExit("%s:%d: case %s: %r is not in the config" % (CASES, c["_line"], c["name"], old))
+        data = data.replace(old.encode("utf-8"), new.encode("latin-1"), 1)
+    return data
 
 
 def position(text, c):

@@ -397,7 +397,7 @@ def main():
     err_case("set-missing-path-experiment", ["run", PRACTICE, "--set", "experiments.0.bitz.0=1"],
              "--set experiments.0.bitz.0=1", ('did you mean "bits"?',), '"bitz"')
     err_case("set-new-unknown-key", ["run", PRACTICE, "--set", "data.tokenz=20"],
-             "%s: data.tokenz" % PRACTICE, ('did you mean "tokens"?',), '"tokenz"')
+             "--set data.tokenz=20: data.tokenz", ('did you mean "tokens"?',), '"tokenz"')
     err_case("set-bad-json", ["run", PRACTICE, "--set", "experiments.0.axis=channel"],
              "--set experiments.0.axis=channel", ("not valid JSON", "strings need quotes"), "channel")
     err_case("set-json-trailing-garbage", ["run", PRACTICE, "--set", "data.tokens=20x"],

@@ -8,14 +8,37 @@
 #include <string.h>
 
 static char errbuf[1024];
+static char alloc_ctx[256];
+
+void xalloc_context(const char *fmt, ...)
+{
+    if (!fmt) {
+        alloc_ctx[0] = '\0';
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(alloc_ctx, sizeof alloc_ctx, fmt, ap);
+    va_end(ap);
+    for (char *p = alloc_ctx; *p; p++)   /* one line, whatever a label held */
+        if ((unsigned char)*p < 0x20) *p = ' ';
+}
+
+_Noreturn void xalloc_die(size_t n)
+{
+    /* no allocation here: stderr is unbuffered and fprintf of numbers needs no heap */
+    if (n)
+        fprintf(stderr, "kvc: %s%sout of memory (got a request for %zu bytes)\n", alloc_ctx, alloc_ctx[0] ? ": " : "",
+                n);
+    else
+        fprintf(stderr, "kvc: %s%sout of memory (got a failed allocation)\n", alloc_ctx, alloc_ctx[0] ? ": " : "");
+    exit(EXIT_RUNTIME);
+}
 
 void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "kvc: out of memory (allocating %zu bytes)\n", n);
-        abort();
-    }
+    if (!p) xalloc_die(n);
     return p;
 }
 
@@ -23,8 +46,8 @@ void *xcalloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) {
-        fprintf(stderr, "kvc: out of memory (allocating %zu x %zu bytes)\n", count, size);
-        abort();
+        size_t n;
+        xalloc_die(size_mul(count, size, &n) ? SIZE_MAX : n);
     }
     return p;
 }
@@ -111,6 +134,39 @@ void str_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = '\0';
+}
+
+size_t utf8_check(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = u[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF;   /* the allowed range of the second byte */
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;        /* overlong */
+            if (c == 0xED) hi = 0x9F;        /* surrogates U+D800..U+DFFF */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;        /* overlong */
+            if (c == 0xF4) hi = 0x8F;        /* above U+10FFFF */
+        } else {
+            return i;                        /* a continuation byte, C0, C1 or F5..FF */
+        }
+        if (n - i < len) return i;
+        if (u[i + 1] < lo || u[i + 1] > hi) return i;
+        for (size_t k = 2; k < len; k++)
+            if (u[i + k] < 0x80 || u[i + k] > 0xBF) return i;
+        i += len;
+    }
+    return n;
 }
 
 static int ranks_before(const Ranked *a, const Ranked *b) { return a->v != b->v ? a->v > b->v : a->i < b->i; }

@@ -3,7 +3,12 @@
  * Errors: bad input is reported by returning a status (-1) after kvc_fail() has formatted the one-line
  * message "<where>: <what> (got <value>)" into a static buffer; only main prints it (as "kvc: ...")
  * and turns it into exit code 2. Broken invariants are assert()s. Out of memory goes through xmalloc,
- * which prints the size and aborts.
+ * which prints "kvc: <what was being done>: out of memory (got a request for N bytes)" and exits 1
+ * (xalloc_context names what was being done; kvc run refuses a run that would not fit before it starts,
+ * src/eval/memory.h, so this is the rare case the estimate missed).
+ *
+ * Text: utf8_check finds the first byte of s[0..n) that is not part of well-formed UTF-8 (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF); config strings and tensor names must pass it.
  *
  * Numbers: fmt_double prints the first of %.15g, %.16g, %.17g that reads back to the same double
  * (round-trip exact; the shortest such form for all but a few powers of two and subnormals).
@@ -25,6 +30,15 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 void *xmalloc(size_t n);               /* never returns NULL; n == 0 allocates 1 byte */
 void *xcalloc(size_t count, size_t size);
 char *xstrdup(const char *s);
+/* What the next allocations are for, named in the out-of-memory message ("cfg.json: experiments.3 (int4)");
+ * printf-style, copied (at most 255 bytes); NULL clears it. Single-threaded callers only (main's thread). */
+void xalloc_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the out-of-memory message for a request of n bytes (with the context) and exits 1. For allocators
+ * other than xmalloc (open_memstream, cJSON) that returned NULL. */
+_Noreturn void xalloc_die(size_t n);
+
+/* The offset of the first byte of s[0..n) that is not well-formed UTF-8, or n when all of it is. */
+size_t utf8_check(const char *s, size_t n);
 
 /* Formats the current error message; always returns -1 so callers can `return kvc_fail(...)`. */
 int kvc_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "base/linalg.h"
 #include "cli/provenance.h"
+#include "base/memlimit.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -66,6 +67,7 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #endif
+    memlimit_blas_reexec(argv);   /* under ulimit -v/-d: again without OpenBLAS's idle threads (memlimit.h) */
     la_init();
     prov_argc = argc, prov_argv = argv;
     if (argc < 2) {

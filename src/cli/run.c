@@ -2,12 +2,14 @@
  * config (src/config/), the data (src/data/), the reference and the experiments (src/eval/); where the rows go
  * and which of them run (src/report/sweep.h). */
 #include "cli/cli.h"
+#include "base/memlimit.h"
 #include "base/util.h"
 #include "cli/provenance.h"
 #include "config/config.h"
 #include "data/load.h"
 #include "data/synth.h"
 #include "eval/evaluate.h"
+#include "eval/memory.h"
 #include "eval/timing.h"
 #include "report/report.h"
 #include "report/results.h"
@@ -115,6 +117,18 @@ static void timing_step(void *sweep, const char *what)
     sweep_step(sweep, what);
 }
 
+/* memory_check over the experiments this run computes (its shard). 0, or -1 with kvc_fail set. */
+static int check_memory(const Sweep *sw, const Config *cfg, const char *path, int per_head, int timing,
+                        size_t threads)
+{
+    unsigned char *runs = xcalloc(cfg->n_exps, 1);
+    for (size_t i = 0; i < cfg->n_exps; i++) runs[i] = (unsigned char)sweep_wants(sw, i);
+    MemRun mr = {per_head, timing, threads, runs};
+    int rc = memory_check(cfg, path, &mr);
+    free(runs);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv)
 {
     const char *path = NULL;
@@ -200,10 +214,12 @@ int cmd_run(int argc, char **argv)
     }
 
     Config cfg;
+    xalloc_context("%s: reading the config", path);
     if (config_load(&cfg, path, sets, n_sets)) {
         config_free(&cfg);
         goto usage;
     }
+    if (cfg.notes && !so.quiet) fputs(cfg.notes, stderr);
     /* which rows run (--shard; --list prints them) is chosen before any data exists: sweep.h */
     SweepInput si = {&cfg, path, fmt, fmt_given, per_head};
     Sweep *sw = sweep_open(&so, &si);
@@ -217,8 +233,15 @@ int cmd_run(int argc, char **argv)
         free(sets);
         return EXIT_OK;
     }
+    /* a run that cannot fit is refused before it starts (eval/memory.h); OpenBLAS's buffer is taken now */
+    if (check_memory(sw, &cfg, path, per_head, timing && !per_head, threads) || memlimit_blas_reserve()) {
+        sweep_close(sw, 0);
+        config_free(&cfg);
+        goto usage;
+    }
     Data d;
     sweep_phase(sw, "making data");
+    xalloc_context("%s: making the data", path);
     if (data_make(&d, &cfg)) {
         sweep_close(sw, 0);
         config_free(&cfg);
@@ -247,6 +270,7 @@ int cmd_run(int argc, char **argv)
     }
     Reference ref;
     sweep_phase(sw, "reference");
+    xalloc_context("%s: the exact attention of the reference", path);
     eval_reference(&ref, &d);
     /* --per-head rows carry no timing (a decode step is over every head) */
     Timing *tm = timing && !per_head ? timing_create(&d, (int)threads, (int)repeat) : NULL;
@@ -257,21 +281,24 @@ int cmd_run(int argc, char **argv)
     for (size_t i = 0; i < cfg.n_exps; i++) {
         if (!sweep_wants(sw, i)) continue;
         Row *ri = &rows[i * per];
+        char *label = report_label_text(cfg.exps[i].label);   /* messages are one line whatever a label holds */
+        xalloc_context("%s: experiments.%zu (%s)", path, cfg.exps[i].src, label);
         sweep_row(sw, i);
         if (per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
                      : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref, tm)) {
             sweep_stop(sw);
-            fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, cfg.exps[i].label,
-                    kvc_errmsg());
+            fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, label, kvc_errmsg());
+            free(label);
             rc = EXIT_RUNTIME;
             break;
         }
         if (ri->no_timing && !so.quiet)
-            sweep_note(sw, "kvc: note: experiments.%zu (%s): no decode timing: %s", cfg.exps[i].src,
-                       cfg.exps[i].label, ri->no_timing);
+            sweep_note(sw, "kvc: note: experiments.%zu (%s): no decode timing: %s", cfg.exps[i].src, label,
+                       ri->no_timing);
         else if (tm && timing_note(tm) && !so.quiet)   /* once per stored form: its first row */
-            sweep_note(sw, "kvc: note: experiments.%zu (%s): decode timing: %s", cfg.exps[i].src, cfg.exps[i].label,
+            sweep_note(sw, "kvc: note: experiments.%zu (%s): decode timing: %s", cfg.exps[i].src, label,
                        timing_note(tm));
+        free(label);
         if (sweep_rows(sw, ri, per, i)) {
             sweep_stop(sw);
             fprintf(stderr, "kvc: %s\n", kvc_errmsg());
@@ -279,6 +306,7 @@ int cmd_run(int argc, char **argv)
             break;
         }
     }
+    xalloc_context("%s: writing the rows", path);
     if (sweep_close(sw, rc == EXIT_OK)) {   /* the table, rename, fsync */
         fprintf(stderr, "kvc: %s\n", kvc_errmsg());
         rc = EXIT_RUNTIME;

@@ -1,6 +1,7 @@
 /* synth: `kvc synth CONFIG.json -o DIR`, the data a config measures written as .npy or .safetensors files (the
  * writer is src/data/load.h). */
 #include "cli/cli.h"
+#include "base/memlimit.h"
 #include "base/util.h"
 #include "config/config.h"
 #include "data/load.h"
@@ -86,7 +87,7 @@ int cmd_synth(int argc, char **argv)
         config_free(&cfg);
         goto usage;
     }
-    if (data_make(&d, &cfg)) {
+    if (memlimit_blas_reserve() || data_make(&d, &cfg)) {   /* no OpenBLAS hang under ulimit: memlimit.h */
         config_free(&cfg);
         goto usage;
     }

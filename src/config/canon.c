@@ -105,8 +105,7 @@ static FILE *memstream(char **buf, size_t *len)
 {
     FILE *f = open_memstream(buf, len);
     if (!f) {
-        fprintf(stderr, "kvc: out of memory (config text)\n");
-        abort();
+        xalloc_die(0);
     }
     return f;
 }

@@ -53,18 +53,42 @@ static int read_text(char **text, size_t *len, const char *path)
     return 0;
 }
 
+/* A string json_scan refused (a \u0000, or bytes that are not UTF-8) at text[off], inside the string that opens at
+ * str_off, at JSON path `path`. */
+static int bad_string(const char *name, const char *text, size_t len, int kind, size_t off, const char *path,
+                      size_t str_off)
+{
+    char got[96];
+    int line, col;
+    json_show_string(got, sizeof got, text, len, str_off, off);
+    json_position(text, off, &line, &col);
+    if (!path[0]) path = "(top level)";
+    if (kind == JSON_NUL_CHAR)
+        return kvc_fail("%s: %s: a string must not hold \\u0000 (NUL), which would end it early in kvc (got %s)",
+                        name, path, got);
+    return kvc_fail("%s: %s: not valid UTF-8: byte 0x%02x at offset %zu (line %d, column %d) does not begin a "
+                    "well-formed UTF-8 character (got %s)", name, path, (unsigned char)text[off], off, line, col, got);
+}
+
+/* cJSON allocates through xmalloc: out of memory while parsing is exit 1 with a message, not "malformed". */
+static void *cjson_malloc(size_t n) { return xmalloc(n); }
+
 int config_parse(Config *cfg, const char *name, const char *text, size_t len, char *const *sets, size_t n_sets)
 {
     memset(cfg, 0, sizeof *cfg);
-    JsonCtx c = {name};
+    static cJSON_Hooks hooks = {cjson_malloc, free};
+    cJSON_InitHooks(&hooks);
+    JsonCtx c = {name, sets, n_sets};
     if (memchr(text, '\0', len)) {
         const char *z = memchr(text, '\0', len);
         int line, col;
         json_position(text, (size_t)(z - text), &line, &col);
         return kvc_fail("%s:%d:%d: malformed JSON: a NUL byte in the file (got byte 0x00)", name, line, col);
     }
-    size_t off;
-    int kind = json_scan(text, len, &off);
+    size_t off, str_off;
+    char path[256];
+    int kind = json_scan_at(text, len, &off, path, sizeof path, &str_off);
+    if (kind == JSON_NUL_CHAR || kind == JSON_BAD_UTF8) return bad_string(name, text, len, kind, off, path, str_off);
     cJSON *root = kind == JSON_OK ? cJSON_ParseWithLengthOpts(text, len, NULL, 0) : NULL;
     if (!root) {
         if (kind == JSON_OK) { /* passed the check but cJSON refused it (e.g. a bad \u surrogate) */
@@ -136,6 +160,7 @@ void config_free(Config *cfg)
     }
     free(cfg->exps);
     free(cfg->canon);
+    free(cfg->notes);
     cJSON_Delete(cfg->json);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -149,10 +174,7 @@ int config_files_json(char **out, const Config *cfg, const char *data_json)
         return kvc_fail("files.json: internal error: the data block is not a JSON object (got %.60s)", data_json);
     }
     cJSON *root = cJSON_Duplicate(cfg->json, 1);
-    if (!root) {
-        fprintf(stderr, "kvc: out of memory (files.json)\n");
-        abort();
-    }
+    if (!root) xalloc_die(0);   /* cJSON allocates with xmalloc: not reached */
     cJSON_ReplaceItemInObjectCaseSensitive(root, "data", data);
     *out = canon_pretty(root);
     cJSON_Delete(root);

@@ -49,6 +49,7 @@
 #define CONFIG_MAX_ROWS     1000000UL
 #define CONFIG_MAX_HEADS    4096UL     /* layers, kv_heads */
 #define CONFIG_MAX_Q_HEADS  65536UL
+#define CONFIG_MAX_LABEL    1024       /* bytes of a label (given, and once its placeholders are filled) */
 
 typedef enum { KEYS_NORMAL, KEYS_LOWRANK } KeysGenerator;
 typedef enum { QUERY_LOOK_BACK, QUERY_KEY_GAUSSIAN } QueryGenerator;
@@ -115,6 +116,8 @@ typedef struct Config {
     Experiment *exps;             /* the expanded grid, in order */
     size_t n_exps;
     char *canon;                  /* the canonical data text of the experiment ids (expid.h; canon.h) */
+    char *notes;                  /* notes for stderr, one "kvc: note: ..." line each (rows that share a label), or
+                                   * NULL; kvc run prints them unless -q */
     struct cJSON *json;           /* the config as parsed, after the --set values (config_files_json reads it) */
 } Config;
 

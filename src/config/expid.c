@@ -76,8 +76,7 @@ static void exp_text(FILE *f, const Experiment *ex)
 static void close_text(FILE *f)
 {
     if (fclose(f) != 0) {
-        fprintf(stderr, "kvc: out of memory (formatting an experiment id)\n");
-        abort();
+        xalloc_die(0);
     }
 }
 
@@ -85,8 +84,7 @@ static FILE *open_text(char **buf, size_t *len)
 {
     FILE *f = open_memstream(buf, len);
     if (!f) {
-        fprintf(stderr, "kvc: out of memory (formatting an experiment id)\n");
-        abort();
+        xalloc_die(0);
     }
     return f;
 }

@@ -125,8 +125,69 @@ static int fill_label(const JsonCtx *c, const char *path, const cJSON *label_nod
         str_append(&buf, &len, &cap, p, 1);
         p++;
     }
+    if (len > CONFIG_MAX_LABEL) {
+        free(buf);
+        return json_bad(c, path, label_node, "the label is %zu bytes once its placeholders are filled; a label must "
+                        "be at most %d bytes (it is copied into every row)", len, CONFIG_MAX_LABEL);
+    }
     *out = buf;
     return 0;
+}
+
+static int cmp_label(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* After an experiment object with a label template expanded into exps[0..n): when two rows got the same label, a
+ * note naming the list-valued parameters the template leaves out (cfg->notes). */
+static void note_duplicate_labels(const JsonCtx *c, Config *cfg, const char *lpath, const char *tmpl,
+                                  const Experiment *exps, size_t n, const Axis *axes, size_t n_axes)
+{
+    if (n < 2) return;
+    char **labels = xmalloc(n * sizeof *labels);
+    for (size_t i = 0; i < n; i++) labels[i] = exps[i].label;
+    qsort(labels, n, sizeof *labels, cmp_label);
+    const char *dup = NULL;
+    size_t same = 0;
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(labels[i], labels[i - 1]) == 0) {
+            if (!dup) dup = labels[i], same = 1;
+            if (labels[i] == dup || strcmp(labels[i], dup) == 0) same++;
+        }
+    if (!dup) {
+        free(labels);
+        return;
+    }
+    char add[512] = "";
+    size_t n_add = 0;
+    for (size_t a = 0; a < n_axes; a++) {
+        if (!axes[a].is_list || axes[a].n < 2) continue;
+        const Experiment *ex = exps[0].n_steps ? &exps[0].steps[axes[a].step] : &exps[0];
+        const char *name = ex->method->params[axes[a].param].name;
+        char ph[96], ph_step[112];
+        snprintf(ph, sizeof ph, "{%s}", name);
+        snprintf(ph_step, sizeof ph_step, "{steps.%zu.%s}", axes[a].step, name);
+        int shared = 0;   /* a pipeline parameter of several steps needs {steps.S.name} */
+        for (size_t k = 0; exps[0].n_steps && k < exps[0].n_steps; k++)
+            shared += method_param_index(exps[0].steps[k].method, name) >= 0;
+        if (strstr(tmpl, ph_step) || (shared <= 1 && strstr(tmpl, ph))) continue;
+        size_t l = strlen(add);
+        snprintf(add + l, sizeof add - l, "%s%s", n_add++ ? " and " : "", shared > 1 ? ph_step : ph);
+    }
+    char line[1024];
+    int len = snprintf(line, sizeof line, "kvc: note: %s: %s: %zu rows share the label \"%.60s%s\"; %s%s%s\n", c->file,
+                       lpath, same, dup, strlen(dup) > 60 ? "..." : "",
+                       n_add ? "add " : "give the rows different labels", add,
+                       n_add ? " to the label to tell them apart" : "");
+    for (int i = 0; i < len - 1 && i < (int)sizeof line - 2; i++)   /* one line, whatever the label holds */
+        if ((unsigned char)line[i] < 0x20) line[i] = ' ';
+    size_t nl = cfg->notes ? strlen(cfg->notes) : 0, cap = nl + 1;
+    char *notes = cfg->notes ? cfg->notes : xmalloc(cap);
+    if (!cfg->notes) notes[0] = '\0';
+    str_append(&notes, &nl, &cap, line, strlen(line));
+    cfg->notes = notes;
+    free(labels);
 }
 
 /* Default label: "method key=value ..." for the keys the experiment object gives; a pipeline joins its steps'
@@ -153,20 +214,51 @@ static char *default_label(const Experiment *ex, const Axis *axes, size_t n_axes
     return buf;
 }
 
-/* The method named by node `mnode` at mpath (a string from the registry). */
-static int method_of(const JsonCtx *c, const cJSON *mnode, const char *mpath, const MethodDesc **out)
+/* The method named by member "method" of object e (at path; mpath is path.method), a string from the registry. A
+ * missing "method" next to a near spelling of it ("metod") names that key. */
+static int method_of(const JsonCtx *c, const cJSON *e, const char *path, const char *mpath, const MethodDesc **out)
 {
     const char *names[64];
     size_t nn = 0;
     for (size_t i = 0; i < method_count && nn < 63; i++) names[nn++] = method_registry[i]->name;
     names[nn] = NULL;
-    if (!mnode) return json_bad(c, mpath, NULL, "missing required key (a method name; see `kvc methods`)");
+    const cJSON *mnode = json_member(e, "method");
+    if (!mnode) return json_missing(c, e, path, "method", "(a method name; see `kvc methods`)");
     if (!cJSON_IsString(mnode)) return json_bad(c, mpath, mnode, "must be a method name string (see `kvc methods`)");
     *out = method_find(mnode->valuestring);
     if (!*out)
         return json_bad(c, mpath, mnode, "unknown method; did you mean \"%s\"? (see `kvc methods`)",
                    json_nearest(mnode->valuestring, names));
     return 0;
+}
+
+/* The keys of experiment (or step) object e of method m: allowed (NULL-terminated) or refused. A key that is a
+ * parameter of other methods says which ones take it (a "budget" given to sink_window); any other unknown key
+ * names the nearest allowed one (json_check_keys). */
+static int check_method_keys(const JsonCtx *c, const cJSON *e, const char *path, const MethodDesc *m,
+                             const char *const *allowed)
+{
+    if (json_keys_watch) json_keys_watch(e, path, allowed);   /* completion learns the keys even when e is refused */
+    for (const cJSON *it = e->child; it; it = it->next) {
+        int ok = 0;
+        for (size_t i = 0; allowed[i]; i++) ok |= strcmp(allowed[i], it->string) == 0;
+        if (ok) continue;
+        char others[512] = "", own[512] = "";
+        size_t n_others = 0;
+        for (size_t k = 0; k < method_count; k++)
+            if (method_registry[k] != m && method_param_index(method_registry[k], it->string) >= 0) {
+                size_t l = strlen(others);
+                snprintf(others + l, sizeof others - l, "%s%s", n_others++ ? ", " : "", method_registry[k]->name);
+            }
+        if (!n_others) break;   /* not a parameter of any method: json_check_keys suggests the nearest key */
+        for (size_t i = 0; i < m->n_params; i++) {
+            size_t l = strlen(own);
+            snprintf(own + l, sizeof own - l, "%s%s", i ? ", " : "", m->params[i].name);
+        }
+        return json_unknown_key(c, path, it->string, "unknown key: %s takes %s%s; %s is a parameter of %s", m->name,
+                                m->n_params ? "" : "no parameters", own, it->string, others);
+    }
+    return json_check_keys(c, e, path, allowed);
 }
 
 /* Collects the grid axes of the parameters of method m in object e (path `path`), in key order, validating every
@@ -239,7 +331,7 @@ static int expand_experiment(const JsonCtx *c, Config *cfg, const cJSON *e, size
     json_join(mpath, sizeof mpath, path, "method");
     const cJSON *mnode = json_member(e, "method");
     const MethodDesc *m;
-    if (method_of(c, mnode, mpath, &m)) return -1;
+    if (method_of(c, e, path, mpath, &m)) return -1;
     int pipeline = m == &method_pipeline;
 
     /* allowed keys: label, method and the method's parameters (a pipeline: steps) */
@@ -250,12 +342,15 @@ static int expand_experiment(const JsonCtx *c, Config *cfg, const cJSON *e, size
     if (pipeline) allowed[na++] = "steps";
     for (size_t i = 0; i < m->n_params; i++) allowed[na++] = m->params[i].name;
     allowed[na] = NULL;
-    if (json_check_keys(c, e, path, allowed)) return -1;
+    if (check_method_keys(c, e, path, m, allowed)) return -1;
 
     const cJSON *label = json_member(e, "label");
     char lpath[96];
     json_join(lpath, sizeof lpath, path, "label");
     if (label && !cJSON_IsString(label)) return json_bad(c, lpath, label, "must be a string");
+    if (label && strlen(label->valuestring) > CONFIG_MAX_LABEL)
+        return json_bad(c, lpath, label, "a label must be at most %d bytes (it is copied into every row)",
+                        CONFIG_MAX_LABEL);
 
     /* the grid axes, in the object's key order (a pipeline: its steps' keys, step by step); values are validated
      * here, once each */
@@ -284,7 +379,7 @@ static int expand_experiment(const JsonCtx *c, Config *cfg, const cJSON *e, size
             char spath[96], smpath[112];
             snprintf(spath, sizeof spath, "%s.steps.%zu", path, k);
             json_join(smpath, sizeof smpath, spath, "method");
-            if (json_need_object(c, s, spath) || method_of(c, json_member(s, "method"), smpath, &smeth[k])) {
+            if (json_need_object(c, s, spath) || method_of(c, s, spath, smpath, &smeth[k])) {
                 rc = -1;
                 break;
             }
@@ -299,7 +394,7 @@ static int expand_experiment(const JsonCtx *c, Config *cfg, const cJSON *e, size
             sallowed[sa++] = "method";
             for (size_t i = 0; i < smeth[k]->n_params; i++) sallowed[sa++] = smeth[k]->params[i].name;
             sallowed[sa] = NULL;
-            if (json_check_keys(c, s, spath, sallowed) ||
+            if (check_method_keys(c, s, spath, smeth[k], sallowed) ||
                 collect_axes(c, s, spath, smeth[k], k, axes, &n_axes, &rows))
                 rc = -1;
             if (rc == 0 && smeth[k]->needs_query && !cfg->dims.has_query)
@@ -364,6 +459,8 @@ static int expand_experiment(const JsonCtx *c, Config *cfg, const cJSON *e, size
             ex->label = default_label(ex, axes, n_axes);
         }
     }
+    if (rc == 0 && label)
+        note_duplicate_labels(c, cfg, lpath, label->valuestring, cfg->exps + cfg->n_exps - rows, rows, axes, n_axes);
     free(axes);
     free(smeth);
     return rc;

@@ -66,6 +66,58 @@ void json_join(char *out, size_t cap, const char *parent, const char *key)
         snprintf(out, cap, "%s", key);
 }
 
+/* The --set argument (the last one, as later ones win) whose PATH is `path` or a prefix of it, component by
+ * component (list indices compared as numbers: "experiments.00" is experiments.0); NULL when none is. */
+static const char *set_of_path(const JsonCtx *c, const char *path)
+{
+    for (size_t k = c->n_sets; k-- > 0;) {
+        const char *a = c->sets[k], *p = path;
+        const char *eq = strchr(a, '=');
+        if (!eq) continue;
+        int match = 1;
+        while (match && a < eq) {   /* one component of the --set path against one of `path` */
+            size_t la = strcspn(a, ".="), lp = strcspn(p, ".");
+            int num = la > 0 && lp > 0 && strspn(a, "0123456789") >= la && strspn(p, "0123456789") >= lp;
+            if (num) {
+                while (la > 1 && *a == '0') a++, la--;
+                while (lp > 1 && *p == '0') p++, lp--;
+            }
+            if (la != lp || memcmp(a, p, la) != 0) match = 0;
+            a += la;
+            p += lp;
+            if (*a == '.') a++;
+            if (a < eq) {
+                if (*p != '.') match = 0;
+                else p++;
+            }
+        }
+        if (match && (*p == '\0' || *p == '.')) return c->sets[k];
+    }
+    return NULL;
+}
+
+int json_unknown_key(const JsonCtx *c, const char *path, const char *key, const char *fmt, ...)
+{
+    char p[256], what[512];
+    json_join(p, sizeof p, path, key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *set = set_of_path(c, p);
+    cJSON name = {0};
+    name.type = cJSON_String;
+    name.valuestring = (char *)key;
+    char val[128];
+    describe(val, sizeof val, &name);
+    if (set) {
+        size_t n = strlen(set);
+        return kvc_fail("--set %.*s%s: %s: %s (got %s)", (int)(n > 60 ? 60 : n), set, n > 60 ? "..." : "", p, what,
+                        val);
+    }
+    return kvc_fail("%s: %s: %s (got %s)", c->file, p, what, val);
+}
+
 /* Every key of obj must be in allowed; no key may appear twice. */
 void (*json_keys_watch)(const cJSON *obj, const char *path, const char *const *allowed);
 
@@ -78,17 +130,28 @@ int json_check_keys(const JsonCtx *c, const cJSON *obj, const char *path, const 
         int ok = 0;
         for (size_t i = 0; allowed[i]; i++)
             if (strcmp(allowed[i], it->string) == 0) ok = 1;
-        if (!ok) {
-            cJSON name = {0};
-            name.type = cJSON_String;
-            name.valuestring = it->string;
-            return json_bad(c, p, &name, "unknown key; did you mean \"%s\"?", json_nearest(it->string, allowed));
-        }
+        if (!ok)
+            return json_unknown_key(c, path, it->string, "unknown key; did you mean \"%s\"?",
+                                    json_nearest(it->string, allowed));
         for (const cJSON *jt = it->next; jt; jt = jt->next)
             if (strcmp(jt->string, it->string) == 0)
                 return json_bad(c, p, jt, "key appears twice in the same object");
     }
     return 0;
+}
+
+int json_missing(const JsonCtx *c, const cJSON *obj, const char *path, const char *key, const char *what)
+{
+    size_t lk = strlen(key), allow = lk >= 6 ? 2 : 1;
+    for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+        size_t d = edit_distance(it->string, key);
+        if (d > 0 && d <= allow)
+            return json_unknown_key(c, path, it->string, "unknown key; did you mean \"%s\"? (the required key)",
+                                    key);
+    }
+    char p[256];
+    json_join(p, sizeof p, path, key);
+    return json_bad(c, p, NULL, "missing required key %s", what);
 }
 
 /* ---- getters: node may be NULL (absent) ---- */
@@ -98,6 +161,7 @@ int json_int(const JsonCtx *c, const cJSON *node, const char *path, long lo, lon
     if (!cJSON_IsNumber(node)) return json_bad(c, path, node, "must be an integer in %ld..%ld", lo, hi);
     double v = node->valuedouble;
     if (!isfinite(v) || v != floor(v)) return json_bad(c, path, node, "must be an integer in %ld..%ld", lo, hi);
+    if (v == 0 && signbit(v)) return json_bad(c, path, node, "an integer must not be written -0; write 0");
     if (v < (double)lo || v > (double)hi) return json_bad(c, path, node, "must be in %ld..%ld", lo, hi);
     *out = (long)v;
     return 0;
@@ -160,7 +224,11 @@ int json_req_int(const JsonCtx *c, const cJSON *obj, const char *path, const cha
     char p[256];
     json_join(p, sizeof p, path, key);
     const cJSON *n = json_member(obj, key);
-    if (!n) return json_bad(c, p, NULL, "missing required key (an integer in %ld..%ld)", lo, hi);
+    if (!n) {
+        char what[96];
+        snprintf(what, sizeof what, "(an integer in %ld..%ld)", lo, hi);
+        return json_missing(c, obj, path, key, what);
+    }
     return json_int(c, n, p, lo, hi, out);
 }
 
@@ -183,6 +251,9 @@ int json_opt_int(const JsonCtx *c, const cJSON *obj, const char *path, const cha
 typedef struct JsonScan {
     const char *s;
     size_t n, i;
+    char *path;          /* the dotted path of the value being scanned (NULL: not tracked) */
+    size_t cap, plen;
+    size_t str_off;      /* the opening quote of the last string scanned */
 } JsonScan;
 
 static void js_ws(JsonScan *j)
@@ -204,6 +275,79 @@ static int js_digits(JsonScan *j)
     return JSON_OK;
 }
 
+/* Appends "." (unless the path is empty) and the key s[0..n) to the path, as it reads: escapes of printable ASCII
+ * decoded (\", \\, \/, \u0041), other escapes as written. s is well-formed UTF-8 (js_string checked it, up to an
+ * error that ends it), so its other bytes are copied as they are. */
+static void js_path_push(JsonScan *j, const char *s, size_t n)
+{
+    if (!j->path) return;
+    size_t k = j->plen;
+    if (k && k + 1 < j->cap) j->path[k++] = '.';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c & 0xC0) != 0x80 && k + 6 > j->cap) break;   /* room for a whole character (at most 4 bytes) */
+        if (c == '\\' && i + 1 < n && strchr("\"\\/", s[i + 1])) {
+            j->path[k++] = s[++i];
+        } else if (c == '\\' && i + 5 < n && s[i + 1] == 'u') {
+            unsigned v = 0;
+            for (size_t h = i + 2; h < i + 6; h++)
+                v = v * 16 + (unsigned)(s[h] <= '9' ? s[h] - '0' : (s[h] | 0x20) - 'a' + 10);
+            if (v >= 0x20 && v < 0x7f) {
+                j->path[k++] = (char)v;
+                i += 5;
+            } else {
+                j->path[k++] = '\\';
+            }
+        } else {
+            j->path[k++] = (char)c;
+        }
+    }
+    j->path[k] = '\0';
+    j->plen = k;
+}
+
+/* A string at j->i (the opening quote): RFC 8259, plus no \u0000 (cJSON would cut the string there) and
+ * well-formed UTF-8 (utf8_check). Leaves j->i after the closing quote, or at the error. */
+static int js_string(JsonScan *j)
+{
+    j->str_off = j->i;
+    for (j->i++; j->i < j->n; j->i++) {
+        unsigned char c = (unsigned char)j->s[j->i];
+        if (c == '"') {
+            j->i++;
+            return JSON_OK;
+        }
+        if (c < 0x20) return JSON_BAD;
+        if (c >= 0x80) {   /* one character: utf8_check of its bytes (at most 4) passes its first */
+            if (utf8_check(j->s + j->i, j->n - j->i < 4 ? j->n - j->i : 4) == 0) return JSON_BAD_UTF8;
+            j->i += (size_t)(c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2) - 1;
+            continue;
+        }
+        if (c == '\\') {
+            size_t at = j->i;
+            j->i++;
+            if (j->i >= j->n) return JSON_EOF;
+            if (j->s[j->i] == 'u') {
+                for (int k = 0; k < 4; k++) {
+                    j->i++;
+                    if (j->i >= j->n) return JSON_EOF;
+                    char h = j->s[j->i];
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                        return JSON_BAD;
+                }
+                if (memcmp(j->s + at + 2, "0000", 4) == 0) {
+                    j->i = at;
+                    return JSON_NUL_CHAR;
+                }
+            } else if (!strchr("\"\\/bfnrt", j->s[j->i])) {
+                j->i--; /* point at the backslash */
+                return JSON_BAD;
+            }
+        }
+    }
+    return JSON_EOF;
+}
+
 static int js_value(JsonScan *j, int depth)
 {
     js_ws(j);
@@ -218,17 +362,29 @@ static int js_value(JsonScan *j, int depth)
             j->i++;
             return JSON_OK;
         }
-        for (;;) {
+        size_t parent = j->plen, index = 0;
+        for (;; index++) {
             int r;
+            j->plen = parent;
+            if (j->path) j->path[parent] = '\0';
             if (ch == '{') {
                 js_ws(j);
                 if (j->i >= j->n || j->s[j->i] != '"') return js_fail(j);
-                if ((r = js_value(j, depth + 1)) != JSON_OK) return r;
+                size_t k0 = j->i + 1;
+                r = js_string(j);
+                /* the path names the key: in full when it is sound, up to the error when it is not */
+                js_path_push(j, j->s + k0, (r == JSON_OK ? j->i - 1 : j->i) - k0);
+                if (r != JSON_OK) return r;
                 js_ws(j);
                 if (j->i >= j->n || j->s[j->i] != ':') return js_fail(j);
                 j->i++;
+            } else {
+                char num[24];
+                js_path_push(j, num, (size_t)snprintf(num, sizeof num, "%zu", index));
             }
             if ((r = js_value(j, depth + 1)) != JSON_OK) return r;
+            j->plen = parent;
+            if (j->path) j->path[parent] = '\0';
             js_ws(j);
             if (j->i >= j->n) return JSON_EOF;
             if (j->s[j->i] == close) {
@@ -239,33 +395,7 @@ static int js_value(JsonScan *j, int depth)
             j->i++;
         }
     }
-    if (ch == '"') {
-        for (j->i++; j->i < j->n; j->i++) {
-            unsigned char c = (unsigned char)j->s[j->i];
-            if (c == '"') {
-                j->i++;
-                return JSON_OK;
-            }
-            if (c < 0x20) return JSON_BAD;
-            if (c == '\\') {
-                j->i++;
-                if (j->i >= j->n) return JSON_EOF;
-                if (j->s[j->i] == 'u') {
-                    for (int k = 0; k < 4; k++) {
-                        j->i++;
-                        if (j->i >= j->n) return JSON_EOF;
-                        char h = j->s[j->i];
-                        if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-                            return JSON_BAD;
-                    }
-                } else if (!strchr("\"\\/bfnrt", j->s[j->i])) {
-                    j->i--; /* point at the backslash */
-                    return JSON_BAD;
-                }
-            }
-        }
-        return JSON_EOF;
-    }
+    if (ch == '"') return js_string(j);
     if (ch == '-' || (ch >= '0' && ch <= '9')) {
         int r;
         if (ch == '-') j->i++;
@@ -299,9 +429,10 @@ static int js_value(JsonScan *j, int depth)
     return JSON_BAD;
 }
 
-int json_scan(const char *text, size_t len, size_t *off)
+int json_scan_at(const char *text, size_t len, size_t *off, char *path, size_t cap, size_t *str_off)
 {
-    JsonScan j = {text, len, 0};
+    JsonScan j = {text, len, 0, cap ? path : NULL, cap, 0, 0};
+    if (j.path) j.path[0] = '\0';
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) j.i = 3; /* a UTF-8 byte order mark, as cJSON skips it */
     int r = js_value(&j, 0);
     if (r == JSON_OK) {
@@ -309,7 +440,34 @@ int json_scan(const char *text, size_t len, size_t *off)
         if (j.i < len) r = JSON_TRAILING;
     }
     *off = j.i < len ? j.i : len;
+    if (str_off) *str_off = j.str_off;
     return r;
+}
+
+int json_scan(const char *text, size_t len, size_t *off)
+{
+    return json_scan_at(text, len, off, NULL, 0, NULL);
+}
+
+void json_show_string(char *buf, size_t cap, const char *text, size_t len, size_t str_off, size_t bad)
+{
+    /* from the opening quote, or from 24 bytes before the bad one when the string is longer */
+    size_t from = bad > str_off + 32 ? bad - 24 : str_off, k = 0;
+    if (cap < 16) {
+        if (cap) buf[0] = '\0';
+        return;
+    }
+    if (from > str_off) k += (size_t)snprintf(buf, cap, "\"...");
+    else from = str_off + 1, k += (size_t)snprintf(buf, cap, "\"");
+    size_t i = from;
+    for (; i < len && i < bad + 24 && k + 8 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '"' && !(i > 0 && text[i - 1] == '\\')) break;
+        if (c >= 0x80 || c < 0x20) k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
+        else buf[k++] = (char)c;
+    }
+    int closed = i < len && text[i] == '"';
+    snprintf(buf + k, cap - k, closed ? "\"" : "...\"");
 }
 
 void json_position(const char *text, size_t offset, int *line, int *col)

@@ -19,6 +19,7 @@ int schema_seed(const JsonCtx *c, Config *cfg, const cJSON *node)
     }
     if (cJSON_IsNumber(node)) {
         double v = node->valuedouble;
+        if (v == 0 && signbit(v)) return json_bad(c, "seed", node, "an integer must not be written -0; write 0");
         /* 2^53 is excluded: 2^53 + 1 parses to the same double, so it would silently become another seed */
         if (!isfinite(v) || v != floor(v) || v < 0 || v >= 9007199254740992.0)
             return json_bad(c, "seed", node,
@@ -121,7 +122,7 @@ static int parse_keys(const JsonCtx *c, Config *cfg, const cJSON *keys)
     static const char *const gens[] = {"normal", "lowrank", NULL};
     if (json_need_object(c, keys, "data.keys")) return -1;
     const cJSON *g = json_member(keys, "generator");
-    if (!g) return json_bad(c, "data.keys.generator", NULL, "missing required key (\"normal\" or \"lowrank\")");
+    if (!g) return json_missing(c, keys, "data.keys", "generator", "(\"normal\" or \"lowrank\")");
     long gi;
     if (json_choice(c, g, "data.keys.generator", gens, &gi)) return -1;
     cfg->keys_gen = gi == 0 ? KEYS_NORMAL : KEYS_LOWRANK;
@@ -169,7 +170,7 @@ static int parse_query(const JsonCtx *c, Config *cfg, const cJSON *q, int has_va
     long gi;
     if (json_need_object(c, q, path)) return -1;
     if (!json_member(q, "generator"))
-        return json_bad(c, "data.query.generator", NULL, "missing required key (\"look_back\" or \"key_gaussian\")");
+        return json_missing(c, q, path, "generator", "(\"look_back\" or \"key_gaussian\")");
     if (json_choice(c, json_member(q, "generator"), "data.query.generator", gens, &gi)) return -1;
     qs->gen = gi == 0 ? QUERY_LOOK_BACK : QUERY_KEY_GAUSSIAN;
     if (json_check_keys(c, q, path, gi == 0 ? lb_keys : kg_keys)) return -1;
@@ -554,8 +555,7 @@ int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
         static const char *const gens[] = {"normal", NULL};
         long gi;
         if (json_need_object(c, v, "data.values") || json_check_keys(c, v, "data.values", vkeys)) return -1;
-        if (!json_member(v, "generator")) return json_bad(c, "data.values.generator", NULL,
-                                                          "missing required key (\"normal\")");
+        if (!json_member(v, "generator")) return json_missing(c, v, "data.values", "generator", "(\"normal\")");
         if (json_choice(c, json_member(v, "generator"), "data.values.generator", gens, &gi)) return -1;
         cfg->dims.has_values = 1;
     }

@@ -228,6 +228,20 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, c
     return tensorio_read_values(out, f, tw, dt, 0, 0, max_values);
 }
 
+/* The offset of the first \u0000 escape inside a JSON string of t[0..n), or n. */
+static size_t escaped_nul(const char *t, size_t n)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '"') in_str = !in_str;
+        else if (in_str && t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 5 < n && memcmp(t + i + 2, "0000", 4) == 0) return i;
+            i++;   /* the escaped character */
+        }
+    }
+    return n;
+}
+
 static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const char *name, size_t max_values,
                    TensorDtype *header_only)
 {
@@ -256,6 +270,22 @@ static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const
         free(text);
         return kvc_fail("%s: .safetensors header is not valid JSON: NUL byte at byte %zu of the header (got \\x00)",
                         where, at);
+    }
+    /* tensor names are C strings in kvc and go into messages: well-formed UTF-8 and no escaped \u0000 */
+    size_t bad = utf8_check(text, (size_t)n), esc = escaped_nul(text, (size_t)n);
+    if (bad < n || esc < n) {
+        char got[48];
+        size_t at = bad < esc ? bad : esc, k = 0;
+        for (size_t i = at; i < n && i < at + 12 && k + 6 < sizeof got; i++) {
+            unsigned char c = (unsigned char)text[i];
+            if (c >= 0x20 && c < 0x7f && c != '"') got[k++] = (char)c;
+            else k += (size_t)snprintf(got + k, sizeof got - k, "\\x%02x", c);
+        }
+        got[k] = '\0';
+        free(text);
+        return kvc_fail(bad < esc ? "%s: .safetensors header is not valid UTF-8 at byte %zu of the header (got \"%s\")"
+                                  : "%s: .safetensors header holds \\u0000 (NUL) in a string at byte %zu of the "
+                                    "header; tensor names must not (got \"%s\")", where, at, got);
     }
     const char *stop = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)n, &stop, 0);

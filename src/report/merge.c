@@ -209,8 +209,8 @@ int merge_files(const MergeArgs *args)
     size_t len = 0;
     FILE *mf = open_memstream(&buf, &len);
     if (!mf) {
-        fprintf(stderr, "kvc: out of memory (merging)\n");
-        abort();
+        xalloc_context("merge: the merged rows");
+        xalloc_die(0);
     }
     if (fmt == FORMAT_CSV) {
         char *h = results_csv_header(per_head);

@@ -3,6 +3,7 @@
 #include "base/util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,27 @@ static size_t width(const char *s)
     return w;
 }
 
+char *report_label_text(const char *label)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)label; *p; p++)
+        n += *p == '\n' || *p == '\r' || *p == '\t' ? 2 : *p < 0x20 || *p == 0x7f ? 4 : 1;
+    char *out = xmalloc(n + 1), *o = out;
+    for (const unsigned char *p = (const unsigned char *)label; *p; p++) {
+        if (*p == '\n' || *p == '\r' || *p == '\t') {
+            *o++ = '\\';
+            *o++ = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            snprintf(o, 5, "\\x%02x", *p);
+            o += 4;
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 void report_table(FILE *f, const Row *rows, size_t n)
 {
     size_t wl = strlen("label"), wm = strlen("method"), wc[NCOLS], wlay = strlen("layer"), whead = strlen("head");
@@ -158,7 +180,9 @@ void report_table(FILE *f, const Row *rows, size_t n)
         wc[c] = strlen(column_names[c]);
     }
     for (size_t i = 0; i < n; i++) {
-        if (width(rows[i].ex->label) > wl) wl = width(rows[i].ex->label);
+        char *label = report_label_text(rows[i].ex->label);
+        if (width(label) > wl) wl = width(label);
+        free(label);
         if (strlen(rows[i].ex->method->name) > wm) wm = strlen(rows[i].ex->method->name);
         if (rows[i].per_head) {
             per_head = 1;
@@ -179,8 +203,9 @@ void report_table(FILE *f, const Row *rows, size_t n)
         if (show[c]) fprintf(f, "  %*s", (int)wc[c], column_names[c]);
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
-        const char *label = rows[i].ex->label;
+        char *label = report_label_text(rows[i].ex->label);
         fprintf(f, "%s%*s  %-*s", label, (int)(wl - width(label)), "", (int)wm, rows[i].ex->method->name);
+        free(label);
         if (per_head) fprintf(f, "  %*zu  %*zu", (int)wlay, rows[i].layer, (int)whead, rows[i].head);
         for (int c = 0; c < NCOLS; c++) {
             if (!show[c]) continue;

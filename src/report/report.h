@@ -9,6 +9,9 @@
  * Both end in the row's id (expid.h, 16 hex digits; a JSON string): --resume and kvc merge key rows by it.
  * --per-head rows (Row.per_head) carry layer and head right after method (CSV, table) or params (JSONL).
  * A column whose Row.hide is set in every row that has it stays out of the table (CSV/JSONL still carry it).
+ * Labels: CSV and JSONL carry a label exactly (quoted, escaped). The table, one line per row, shows the control
+ * characters of a label (a newline, a tab, ...) as C escapes (\n, \r, \t, \xNN; report_label_text), so that a
+ * label can never split its row; messages on stderr show labels the same way.
  */
 #ifndef KVC_REPORT_H
 #define KVC_REPORT_H
@@ -27,5 +30,8 @@ void report_header_per_head(FILE *f, Format fmt);        /* the same with layer,
 /* csv, jsonl: one line ending in the id `id` (16 hex digits); table: nothing. Flushes f. */
 void report_row(FILE *f, Format fmt, const Row *row, const char *id);
 void report_table(FILE *f, const Row *rows, size_t n);   /* the whole aligned table */
+/* label as the table shows it: bytes below 0x20 and 0x7f as \n, \r, \t or \xNN, the rest as is. A new string
+ * (caller frees). */
+char *report_label_text(const char *label);
 
 #endif

@@ -36,8 +36,7 @@ char *results_csv_header(int per_head)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
-        fprintf(stderr, "kvc: out of memory (formatting the CSV header)\n");
-        abort();
+        xalloc_die(0);
     }
     if (per_head) report_header_per_head(f, FORMAT_CSV);
     else report_header(f, FORMAT_CSV);
@@ -47,9 +46,29 @@ char *results_csv_header(int per_head)
 
 int results_read_fd(int fd, const char *name, char **text, size_t *len)
 {
-    size_t cap = 1 << 16, n = 0;
+    size_t cap = 1 << 16, n = 0, line_start = 0, line = 1, scanned = 0;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (unsigned long long)st.st_size > RESULTS_MAX_BYTES)
+        return kvc_fail("%s: larger than the %llu bytes kvc reads back; not a kvc results file, or split the run "
+                        "with --shard (got %lld bytes)", name, RESULTS_MAX_BYTES, (long long)st.st_size);
     char *buf = xmalloc(cap);
+    xalloc_context("reading %s", name);
     for (;;) {
+        /* no kvc row comes near these sizes: refuse before memory runs out (/dev/zero, a disk image) */
+        for (const char *p = buf + scanned, *e = buf + n; p < e && (p = memchr(p, '\n', (size_t)(e - p)));) {
+            line_start = (size_t)(++p - buf);
+            line++;
+        }
+        scanned = n;
+        if (n - line_start > RESULTS_MAX_LINE || n > RESULTS_MAX_BYTES) {
+            free(buf);
+            xalloc_context(NULL);
+            if (n > RESULTS_MAX_BYTES)
+                return kvc_fail("%s: larger than the %llu bytes kvc reads back; not a kvc results file, or split "
+                                "the run with --shard (got more than %zu bytes)", name, RESULTS_MAX_BYTES, n);
+            return kvc_fail("%s:%zu: a line longer than %u bytes, which kvc never writes: not a kvc results file "
+                            "(got %zu bytes without a newline)", name, line, RESULTS_MAX_LINE, n - line_start);
+        }
         if (n + 1 >= cap) {   /* room for a final NUL */
             size_t nc;
             if (size_mul(cap, 2, &nc)) {
@@ -71,6 +90,7 @@ int results_read_fd(int fd, const char *name, char **text, size_t *len)
         if (got == 0) break;
         n += (size_t)got;
     }
+    xalloc_context(NULL);
     buf[n] = '\0';
     *text = buf;
     *len = n;

@@ -57,7 +57,13 @@ int results_format_of_name(const char *path, Format *fmt);
 int results_parse(ResultFile *rf, const char *name, const char *text, size_t len, Format fmt, int per_head);
 void results_free(ResultFile *rf);   /* safe on a zeroed ResultFile */
 
-/* Reads a whole open file from offset 0 (the caller frees *text). Returns 0, or -1 with kvc_fail. */
+/* What results_read_fd reads at most: kvc's rows are far shorter (a label is at most CONFIG_MAX_LABEL bytes)
+ * and a run far smaller; anything larger is refused before it fills the memory (kvc merge /dev/zero). */
+#define RESULTS_MAX_LINE  (1u << 20)                     /* bytes of one line */
+#define RESULTS_MAX_BYTES (4ULL << 30)                   /* bytes of one file */
+
+/* Reads a whole open file from offset 0 (the caller frees *text). Returns 0, or -1 with kvc_fail
+ * ("<name>:<line>: a line longer than ..." or "<name>: larger than ...") beyond the limits above. */
 int results_read_fd(int fd, const char *name, char **text, size_t *len);
 
 /* The CSV header line this kvc writes, with or without --per-head, '\n' included (caller frees). */

@@ -45,7 +45,7 @@ def _st(tensors, header=None, hlen=None, data=None):
             name, dtype, shape, raw = t
             hdr[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(buf), len(buf) + len(raw)]}
         buf += raw
-    h = (json.dumps(hdr) if header is None else header).encode()
+    h = json.dumps(hdr).encode() if header is None else header if isinstance(header, bytes) else header.encode()
     h += b" " * (-len(h) % 8)
     return struct.pack("<Q", len(h) if hlen is None else hlen) + h + (buf if data is None else data)
 
@@ -144,6 +144,13 @@ FIXTURES = {
     "safetensors:nan-bf16": lambda: _st([("k", "BF16", (T, D), b"\x80\x3f" * (T * D - 1) + b"\xc0\x7f")]),
     "safetensors:two-tensors": lambda: _st([("k", "F32", (T, D), _k().astype("<f4").tobytes()),
                                             ("v", "F32", (T, D), _k().astype("<f4").tobytes())]),
+    # tensor names kvc cannot carry: an escaped NUL (a C string would end there) and bytes that are not UTF-8
+    "safetensors:name-nul": lambda: _st([], header='{"k\\u0000x": {"dtype": "F32", "shape": [%d, %d], '
+                                                   '"data_offsets": [0, %d]}}' % (T, D, T * D * 4),
+                                        data=_k().astype("<f4").tobytes()),
+    "safetensors:name-bad-utf8": lambda: _st([], header=b'{"k\xff": {"dtype": "F32", "shape": [%d, %d], '
+                                                        b'"data_offsets": [0, %d]}}' % (T, D, T * D * 4),
+                                             data=_k().astype("<f4").tobytes()),
     "safetensors:metadata-not-object": lambda: _st([("k", "F32", (T, D), _k().astype("<f4").tobytes())],
                                                    header=json.dumps({"__metadata__": 5, "k": {
                                                        "dtype": "F32", "shape": [T, D],

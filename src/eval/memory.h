@@ -1,0 +1,58 @@
+/* memory: what a `kvc run` will allocate, estimated from its Config before any data exists, and the check that
+ * refuses a run that cannot fit (README "Reliability"). No allocation of data here, no I/O but /proc.
+ *
+ * L layers, H KV heads, Hq query heads, T tokens, D head dim, N evaluation and W observation queries per query
+ * head; n = L x H x T x D numbers per tensor, v = 1 with values (else 0); sizes in bytes, 8 per double.
+ *   data        K, V, Q, O as the run holds them: 8 (n (1 + v) + L Hq (N + W) D)
+ *   making it   while they are made: 8 n for a second copy of a tensor (lowrank keys, RoPE, head correlation,
+ *               outlier channels, values read from a file) and 8 L Hq N T for the draws of the queries; freed
+ *               before the experiments
+ *   reference   8 (L Hq N (D + 2 T) + L H T), plus n when the keys are cached before RoPE (the rotated copy)
+ *   experiment  the largest over the experiments that run: 8 x (4 numbers per evaluation query + 2 T D for one
+ *               head's scratch), and for a method that rewrites values also the errors of K and V and the
+ *               reconstructed K over every head, 8 (2 + v) n, the outputs of one layer's heads, 8 (1 + v) H T D
+ *               (twice for a method that takes a whole layer: cast, lowrank, share_heads, pipeline), and with
+ *               outlier channels 8 x 2 n for k_error_ordinary; lowrank adds its SVD copies (8 x 2 T D, or
+ *               8 x 2 H T D for a joint basis), also as a pipeline step
+ *   timing      the FP16 cache and the stored form of the timed decode step: 4 n (1 + v) (not with --per-head
+ *               or --no-timing)
+ *   (limits)    under `ulimit -v` or `ulimit -d` also the OpenBLAS buffer (memlimit.h) and 8 MB of stack per
+ *               --threads thread: address space that counts against the limits, not against physical memory
+ *   rows        the rows kept for the output (by kvc run, and again for a table): 2 x experiments x (L H with
+ *               --per-head, else 1) x sizeof(Row)
+ *   overhead    MEMORY_OVERHEAD for what a run touches besides (libraries, allocator slack)
+ * total = data + max(making it, reference + experiment + timing) + rows + overhead. It is meant as an upper
+ * estimate, the same on every machine: the peaks measured for 13 methods on 5 shapes (max RSS above a tiny
+ * run's) lay 5-55 % below it, evictions lowest (README "Reliability"). Keep it in step with src/eval/evaluate.c,
+ * timing.c and src/data/synth.c when they change what they allocate.
+ */
+#ifndef KVC_MEMORY_H
+#define KVC_MEMORY_H
+
+#include "config/config.h"
+
+#include <stdint.h>
+
+#define MEMORY_OVERHEAD ((uint64_t)32 << 20)
+
+typedef struct MemEstimate {
+    uint64_t data, making, reference, experiment, timing, rows, total;   /* bytes, as above */
+    size_t largest;                  /* the experiment whose working set is `experiment` */
+    uint64_t limits_only;            /* address space on top of total: thread stacks, the OpenBLAS buffer */
+} MemEstimate;
+
+typedef struct MemRun {
+    int per_head;                    /* --per-head */
+    int timing;                      /* decode timing on (not --no-timing, not --per-head) */
+    size_t threads;                  /* --threads */
+    const unsigned char *runs;       /* runs[i]: experiment i runs (its shard); NULL: all of them */
+} MemRun;
+
+void memory_estimate(MemEstimate *e, const Config *cfg, const MemRun *r);
+
+/* Refuses a run whose estimate does not fit the room physical memory, a cgroup limit, `ulimit -v` or
+ * `ulimit -d` leave (src/base/memlimit.h): -1 with kvc_fail("<cfg_name>: the run needs about X of memory
+ * (...) but <bound> leaves Y; ... (got an estimate of N bytes)"); else 0. */
+int memory_check(const Config *cfg, const char *cfg_name, const MemRun *r);
+
+#endif
