@@ -1,7 +1,7 @@
 /* avx2_common: what the AVX2 kernel files share (kernels_avx2.c, kernels_ggml_avx2.c, kernels_kivi_avx2.c), and
  * only them: they include it inside their `#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)`, as
- * the only files compiled with -mavx2 -mfma -mf16c. Everything here is static and inline (the kernels
- * instantiate it with their formats); internal to src/decode/.
+ * the only files compiled with -mavx2 -mfma -mf16c. Everything here is static, almost all of it always-inline
+ * (the kernels instantiate it with their formats and head-group sizes); internal to src/decode/.
  *   - Helpers: UNROLL, INLINE, PF_AHEAD / prefetch_range (rows are read in address order with a software
  *     prefetch PF_AHEAD bytes ahead), load8, f16_bcast, h8 (FP16 loads), hsum, reduce8 / reduce (horizontal
  *     sums of 8 vectors at once).

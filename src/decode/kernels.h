@@ -49,8 +49,8 @@ typedef struct KRows {
     StoreType type;
     const uint8_t *codes;    /* row t at codes + t * row_bytes */
     size_t row_bytes;
-    size_t W;                /* stored columns */
     const uint16_t *rscale;  /* FP16 scale per token (int8 / int4 / int2, axis token), else NULL */
+    size_t W;                /* stored columns */
     /* STORE_INTN only (zero otherwise): the grouped integer parameters (store.h's intN) */
     int bits;                /* 2, 4 or 8 */
     StoreAxis axis;          /* STORE_AXIS_CHANNEL: groups of g tokens per column; TOKEN: g channels per row */
