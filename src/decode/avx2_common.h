@@ -85,26 +85,35 @@ INLINE void reduce(const int M, const __m256 *acc, float *out)
  * (size_t) its first head and GC an int constant expression (an enum in scope), for the group sizes the
  * expression CAN (in GC) allows; GC = 1 always runs. Example (scores for groups of at most 4 heads):
  *     HEAD_GROUPS(G, h, GC <= 4, scores_gc(T, GC, s + h * ls, ls, qp + h * W, k, t0, n));
+ * (An if / else chain, like the hand-written loops it replaces: the compiler lays it out the same way.)
  */
 #define HEAD_GROUPS(G, h, CAN, ...)                                                                               \
     for (size_t h = 0; h < (G);) {                                                                                \
-        HEAD_GROUP_TRY_(8, G, h, CAN, __VA_ARGS__)                                                                \
-        HEAD_GROUP_TRY_(4, G, h, CAN, __VA_ARGS__)                                                                \
-        HEAD_GROUP_TRY_(2, G, h, CAN, __VA_ARGS__)                                                                \
-        {                                                                                                         \
-            enum { GC = 1 };                                                                                      \
-            __VA_ARGS__;                                                                                          \
-            h += GC;                                                                                              \
+        const size_t hg_left_ = (G) - h;                                                                          \
+        int hg8_, hg4_, hg2_;                                                                                     \
+        HEAD_GROUP_CAN_(hg8_, 8, CAN);                                                                            \
+        HEAD_GROUP_CAN_(hg4_, 4, CAN);                                                                            \
+        HEAD_GROUP_CAN_(hg2_, 2, CAN);                                                                            \
+        if (hg8_ && hg_left_ >= 8) {                                                                              \
+            HEAD_GROUP_RUN_(8, h, __VA_ARGS__)                                                                    \
+        } else if (hg4_ && hg_left_ >= 4) {                                                                       \
+            HEAD_GROUP_RUN_(4, h, __VA_ARGS__)                                                                    \
+        } else if (hg2_ && hg_left_ >= 2) {                                                                       \
+            HEAD_GROUP_RUN_(2, h, __VA_ARGS__)                                                                    \
+        } else {                                                                                                  \
+            HEAD_GROUP_RUN_(1, h, __VA_ARGS__)                                                                    \
         }                                                                                                         \
     }
-#define HEAD_GROUP_TRY_(N, G, h, CAN, ...)                                                                        \
+#define HEAD_GROUP_CAN_(var, N, CAN)                                                                              \
     {                                                                                                             \
         enum { GC = N };                                                                                          \
-        if ((CAN) && (G) - h >= (size_t)GC) {                                                                     \
-            __VA_ARGS__;                                                                                          \
-            h += GC;                                                                                              \
-            continue;                                                                                             \
-        }                                                                                                         \
+        var = (CAN);                                                                                              \
+    }
+#define HEAD_GROUP_RUN_(N, h, ...)                                                                                \
+    {                                                                                                             \
+        enum { GC = N };                                                                                          \
+        __VA_ARGS__;                                                                                              \
+        h += GC;                                                                                                  \
     }
 
 /* ---- the value side of unit formats ------------------------------------------------------------------------- */
