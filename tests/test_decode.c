@@ -13,13 +13,18 @@
  * without a residual segment (f16 or another format), keys-only caches, and decode_time_pair. The other grouped
  * intN shapes (keys per token, values per channel, and KIVI's axes), symmetric and asymmetric, FP16 and FP32
  * parameters, 2 / 4 / 8 bits, g = 8 / 16 / 24 / 32 / 40 / whole row, with offsets in K and V.
+ * The kernel interface: every slot of the scalar and the AVX2 KernelSet is filled. The element readers the kernels
+ * use (src/store/elem.h) give store_dequantize_rows_f32's values for every type, element by element and block by
+ * block (intN: code, scale and min combined in double, as store.c does).
  * The worst relative errors seen are printed as a comment line.
  * Prints PASS/FAIL lines and exits 1 on any failure.
  */
 #include "base/attention.h"
 #include "decode/decode.h"
+#include "decode/kernels.h"
 #include "base/linalg.h"
 #include "base/rng.h"
+#include "store/elem.h"
 #include "store/store.h"
 #include "base/util.h"
 #include "check.h"
@@ -516,6 +521,77 @@ static void kivi_tests(void)
     kcase_free(&c);
 }
 
+/* Every slot of a kernel set is filled (decode.c calls them without a check). */
+static void slot_tests(void)
+{
+    const KernelSet *sets[2] = {&decode_kernels_ref, decode_kernels_avx2()};
+    for (int i = 0; i < 2; i++) {
+        const KernelSet *ks = sets[i];
+        if (!ks) continue;
+        char name[64], why[64] = "";
+        for (int t = 0; t < STORE_NTYPES; t++)
+            if (!ks->scores[t] || !ks->vacc[t]) snprintf(why, sizeof why, "no kernel for type %d", t);
+        if (!ks->col_order || !ks->max || !ks->exp_sum || !ks->read_sum) snprintf(why, sizeof why, "a missing piece");
+        snprintf(name, sizeof name, "decode-kernel-slots-%s", ks->name);
+        check(why[0] == 0, name, why);
+    }
+}
+
+/* elem.h's readers vs store_dequantize_rows_f32 on random rows of every type (W = 64, and 45 where allowed). */
+static void elem_tests(void)
+{
+    rng r;
+    rng_seed_u64(&r, 7);
+    size_t T = 5;
+    for (int ty = 0; ty < STORE_NTYPES; ty++)
+        for (int wi = 0; wi < 2; wi++) {
+            size_t W = wi ? 45 : 64;
+            StoreFormat f;
+            memset(&f, 0, sizeof f);
+            f.type = (StoreType)ty;
+            if (ty == STORE_INTN) f = store_intn_format(wi ? 3 : 4, wi, STORE_AXIS_TOKEN, 16, (StoreScaleType)wi);
+            if (store_check(f, T, W, "elem")) continue;
+            StoreTensor st;
+            store_alloc(&st, f, T, W);
+            double *x = xmalloc(T * W * sizeof *x);
+            float *ref = xmalloc(T * W * sizeof *ref), blk[STORE_QK];
+            rng_normal_fill(&r, x, T * W);
+            for (size_t j = 32; j < W && j < 64; j++) x[2 * W + j] = 0.0;   /* an all-zero block */
+            store_quantize_f64(&st, x);
+            store_dequantize_rows_f32(ref, &st, 0, T);
+            size_t bad = 0, bb = elem_block_bytes(f.type), g = 16, per = (W + g - 1) / g;
+            for (size_t t = 0; t < T; t++) {
+                const uint8_t *row = st.codes + t * st.row_bytes;
+                for (size_t j = 0; j < W; j++) {
+                    float v;
+                    if (ty == STORE_INTN) {
+                        int b = f.bits;
+                        size_t k = t * per + j / g;
+                        double code = (double)elem_intn_code(st.codes, (t * W + j) * (size_t)b, b);
+                        double sc = elem_param(st.params, k, (int)f.scale_type);
+                        double m = f.asym ? elem_param(st.params, st.n_groups + k, (int)f.scale_type) : 0.0;
+                        v = (float)(f.asym ? code * sc + m : (code - (double)(1 << (b - 1))) * sc);
+                    } else {
+                        v = elem_value(f.type, row, j);
+                        if (store_type_is_int(f.type)) v *= store_f16_to_f32(st.scales[t]);
+                        if (bb && j % STORE_QK == 0) {
+                            elem_block_values(blk, f.type, row + j / STORE_QK * bb);
+                            for (size_t i = 0; i < STORE_QK; i++) bad += blk[i] != ref[t * W + j + i];
+                        }
+                    }
+                    bad += v != ref[t * W + j];
+                }
+            }
+            char name[64], why[64];
+            snprintf(name, sizeof name, "elem-readers-%s-w%zu", store_type_name(f.type), W);
+            snprintf(why, sizeof why, "%zu values differ from store_dequantize_rows_f32", bad);
+            check(bad == 0, name, why);
+            store_free(&st);
+            free(x);
+            free(ref);
+        }
+}
+
 int main(void)
 {
     la_init();
@@ -581,6 +657,8 @@ int main(void)
     case_free(&c);
     kivi_tests();
     intn_tests();
+    slot_tests();
+    elem_tests();
     printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
            decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
     return check_failures ? 1 : 0;

@@ -1,33 +1,40 @@
 /* decode: a decode step over the stored cache (see decode.h): query preparation, the parallel block items,
- * the ordered merge, the naive dequantize-then-attend path, and the kernel dispatch.
- * L layers, Hkv KV heads, Hq query heads, G = Hq / Hkv, T tokens, D head dim, WK / WV stored columns of
- * K / V (D, or the rank), nb = the blocks of DECODE_BLOCK tokens of both segments (main, then residual). */
+ * the ordered merge, the naive dequantize-then-attend path, and the kernel dispatch (one KernelSet slot per
+ * stored tensor, chosen when the decoder is created: kernels.h).
+ * L layers, Hkv KV heads, Hq query heads, G = Hq / Hkv, T tokens, D head dim, W stored columns of a side
+ * (K or V: D, or the rank), nb = the blocks of DECODE_BLOCK tokens of both segments (main, then residual). */
 #include "decode/decode.h"
 #include "decode/kernels.h"
-#include "decode/kernels_kivi.h"
 #include "decode/pool.h"
 #include "base/util.h"
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+/* One side (K or V) of a segment and how the kernels read it, decided once when the decoder is created. */
+typedef struct Side {
+    const StoreTensor *st;   /* the caller's L*Hkv tensors; NULL: no such side (V of a keys-only cache) */
+    const StoreTensor *rd;   /* what the kernels read: st, or its float32 copy (naive path) */
+    KRows *rows;             /* (L*Hkv) the kernels' view of rd */
+    size_t W;                /* stored columns (0 when absent) */
+    ScoresFn scores;         /* the slot of rd's type (K side); NULL: dequantized tiles through the f32 slot */
+    VaccFn vacc;             /* the same for the V side */
+    size_t *perm;            /* kernel column order */
+    double factor;           /* the set's raw factor of what it reads (1: none) */
+    float *basis;            /* low rank: the FP16 bases of rd in float, (L*Hkv, rank, D); else NULL */
+    float *f32;              /* naive path: the float32 copy (L*Hkv, T, D) and its tensors */
+    StoreTensor *f32t;
+} Side;
+
 /* One segment of the cache: the T main tokens (0) or the Tr residual tokens (1). */
 typedef struct Seg {
     size_t T, nb, b0;            /* tokens, blocks, index of its first block in the slot order */
-    const StoreTensor *K, *V;    /* the caller's tensors (V NULL: keys only) */
-    const StoreTensor *Kk, *Vk;  /* what the kernels read: the cache, or its float32 copy (naive) */
-    size_t WK, WV;               /* stored columns (WV 0 when keys only) */
-    size_t *permK, *permV;       /* kernel column order */
-    float *qp;                   /* (L*Hq, WK) prepared queries */
-    int kivi_k, kivi_v;          /* read by the KIVI kernels */
-    int tile_k, tile_v;          /* read through dequantized tiles (no kernel) */
-    float *bK, *bV;              /* low rank: the FP16 bases of Kk / Vk in float, (L*Hkv, rank, D); else NULL */
-    /* naive path */
-    float *Kf, *Vf;
-    StoreTensor *Kn, *Vn;
+    Side k, v;
+    float *qp;                   /* (L*Hq, k.W) prepared queries */
 } Seg;
 
 struct Decoder {
@@ -38,13 +45,12 @@ struct Decoder {
     int keys_only;
     DecodeImpl impl;
     const KernelSet *ks;
-    const KiviKernels *kk;
     Pool *pool;
     float *slots;               /* (L*Hq, nb, SW): m_b, l_b, acc_b */
     float **S, **acc;           /* per thread: (G, DECODE_BLOCK) scores, (G, max WV) accumulators */
-    float **tile;               /* per thread: rows of a format without a kernel, dequantized (generic path) */
+    float **tile;               /* per thread: rows of a tensor without a slot, dequantized (generic path) */
     size_t tile_rows;
-    float **kscr;               /* per thread: KIVI kernel scratch */
+    float **scr;                /* per thread: kernel scratch (DECODE_SCRATCH) */
     double **num;               /* per thread: (4 D + 16) merge and query scratch */
     float **lr;                 /* per thread (naive): low-rank reconstruction scratch */
     /* the current step */
@@ -104,29 +110,27 @@ static const KernelSet *fused_kernels(void)
 
 const char *decode_isa(void) { return fused_kernels()->name; }
 
-static KRows rows_of(const StoreTensor *st)
-{
-    KRows r = {st->fmt.type, st->codes, st->row_bytes,
-               store_type_is_int(st->fmt.type) && st->fmt.axis == STORE_AXIS_TOKEN ? st->scales : NULL, st->W};
-    return r;
-}
-
-/* A grouped integer tensor the intN kernels (kernels_kivi.h) read: fills r and returns 1 for STORE_INTN, full
- * rank, 2 / 4 / 8 bits, symmetric or asymmetric, FP16 or FP32 parameters, groups along either axis, W % 8 == 0 and
- * groups of a multiple of 8 (or one group per row / column); else 0 (the generic tile path). */
-static int kivi_rows(KiviRows *r, const StoreTensor *st)
+/* The kernels' view of st (kernels.h's KRows). Returns 1 when the slot of its type reads it: every type but
+ * STORE_INTN, and intN when full rank, 2 / 4 / 8 bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a
+ * multiple of 8 (or one group per row / column); else 0 (the generic tile path). */
+static int rows_of(KRows *r, const StoreTensor *st)
 {
     StoreFormat f = st->fmt;
-    if (f.type != STORE_INTN || f.rank || (f.bits != 2 && f.bits != 4 && f.bits != 8) || st->W % 8 != 0 ||
-        !st->params || (f.scale_type != STORE_SCALE_F16 && f.scale_type != STORE_SCALE_F32) ||
+    memset(r, 0, sizeof *r);
+    r->type = f.type;
+    r->codes = st->codes;
+    r->row_bytes = st->row_bytes;
+    r->W = st->W;
+    r->rscale = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN ? st->scales : NULL;
+    if (f.type != STORE_INTN) return 1;
+    if (f.rank || (f.bits != 2 && f.bits != 4 && f.bits != 8) || st->W % 8 != 0 || !st->params ||
+        (f.scale_type != STORE_SCALE_F16 && f.scale_type != STORE_SCALE_F32) ||
         (f.axis != STORE_AXIS_TOKEN && f.axis != STORE_AXIS_CHANNEL))
         return 0;
     size_t ext = f.axis == STORE_AXIS_TOKEN ? st->W : st->T, g = f.group && f.group < ext ? f.group : ext;
     if (g != ext && g % 8 != 0) return 0;
     size_t pb = f.scale_type == STORE_SCALE_F32 ? 4 : 2;
-    r->codes = st->codes;
     r->row_bytes = st->W * (size_t)f.bits / 8;
-    r->W = st->W;
     r->bits = f.bits;
     r->axis = f.axis;
     r->g = g;
@@ -137,10 +141,25 @@ static int kivi_rows(KiviRows *r, const StoreTensor *st)
     return 1;
 }
 
+/* n zeroed bytes on a 64-byte boundary (free with free): the kernels' vector loads of the prepared queries,
+ * scores and accumulators then never straddle a cache line more often than the layout makes them (measured: a
+ * query 16 bytes off a line cost the q5_1 key kernel 10 % at G = 4), whatever the heap did before. */
+static void *alloc64(size_t n)
+{
+    size_t m = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, m ? m : 64);
+    if (!p) {
+        fprintf(stderr, "kvc: out of memory (allocating %zu bytes)\n", n);
+        abort();
+    }
+    memset(p, 0, m ? m : 64);
+    return p;
+}
+
 static float **per_thread(int n, size_t count)
 {
     float **p = xcalloc((size_t)n, sizeof *p);
-    for (int i = 0; i < n; i++) p[i] = xcalloc(count ? count : 1, sizeof **p);
+    for (int i = 0; i < n; i++) p[i] = alloc64((count ? count : 1) * sizeof **p);
     return p;
 }
 
@@ -192,67 +211,61 @@ static float *float_bases(const StoreTensor *t, size_t n, size_t D)
     return b;
 }
 
+/* Side of n_kv tensors st (T, D) each (NULL: absent): its float32 copy on the naive path, the kernels' views, the
+ * slot that reads them (or the tile path), column order, raw factor and low-rank bases. */
+static void side_init(const Decoder *d, Side *sd, const StoreTensor *st, size_t T)
+{
+    size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D;
+    memset(sd, 0, sizeof *sd);
+    sd->factor = 1.0;
+    if (!st) return;
+    sd->st = sd->rd = st;
+    if (d->impl == DECODE_NAIVE) {
+        sd->f32 = xmalloc(n_kv * T * D * sizeof *sd->f32);
+        sd->f32t = xcalloc(n_kv, sizeof *sd->f32t);
+        for (size_t i = 0; i < n_kv; i++) sd->f32t[i] = f32_view(sd->f32 + i * T * D, T, D);
+        sd->rd = sd->f32t;
+    }
+    sd->W = sd->rd[0].W;
+    sd->rows = xmalloc(n_kv * sizeof *sd->rows);
+    int fused = 1;   /* every tensor of a side has one format and shape: one slot for all */
+    for (size_t i = 0; i < n_kv; i++)
+        if (!rows_of(&sd->rows[i], &sd->rd[i])) fused = 0;
+    StoreType t = fused ? sd->rd[0].fmt.type : STORE_F32;   /* the type the kernels read */
+    if (fused) {
+        sd->scores = d->ks->scores[t];
+        sd->vacc = d->ks->vacc[t];
+    }
+    sd->perm = xmalloc(sd->W * sizeof *sd->perm);
+    d->ks->col_order(sd->perm, t, sd->W);
+    if (d->ks->raw_scale[t] != 0) sd->factor = d->ks->raw_scale[t];
+    sd->basis = float_bases(sd->rd, n_kv, D);
+}
+
+static void side_free(Side *sd)
+{
+    free(sd->rows);
+    free(sd->perm);
+    free(sd->basis);
+    free(sd->f32);
+    free(sd->f32t);
+}
+
 static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0)
 {
-    size_t n_kv = d->c.L * d->c.Hkv, D = d->c.D, n_q = d->c.L * d->Hq;
-    KiviRows kr;
     sg->T = T;
     sg->nb = (T + DECODE_BLOCK - 1) / DECODE_BLOCK;
     sg->b0 = b0;
-    sg->K = sg->Kk = K;
-    sg->V = sg->Vk = V;
-    if (d->impl == DECODE_NAIVE) {
-        size_t per = T * D;
-        sg->Kf = xmalloc(n_kv * per * sizeof *sg->Kf);
-        sg->Kn = xcalloc(n_kv, sizeof *sg->Kn);
-        for (size_t i = 0; i < n_kv; i++) sg->Kn[i] = f32_view(sg->Kf + i * per, T, D);
-        sg->Kk = sg->Kn;
-        if (V) {
-            sg->Vf = xmalloc(n_kv * per * sizeof *sg->Vf);
-            sg->Vn = xcalloc(n_kv, sizeof *sg->Vn);
-            for (size_t i = 0; i < n_kv; i++) sg->Vn[i] = f32_view(sg->Vf + i * per, T, D);
-            sg->Vk = sg->Vn;
-        }
-    }
-    sg->WK = sg->Kk[0].W;
-    sg->WV = V ? sg->Vk[0].W : 0;
-    sg->permK = xmalloc(sg->WK * sizeof *sg->permK);
-    d->ks->col_order(sg->permK, sg->Kk[0].fmt.type, sg->WK);
-    if (V) {
-        sg->permV = xmalloc(sg->WV * sizeof *sg->permV);
-        d->ks->col_order(sg->permV, sg->Vk[0].fmt.type, sg->WV);
-    }
-    sg->qp = xmalloc(n_q * sg->WK * sizeof *sg->qp);
-    sg->kivi_k = kivi_rows(&kr, &sg->Kk[0]);
-    sg->kivi_v = V && kivi_rows(&kr, &sg->Vk[0]);
-    if (sg->kivi_k) {   /* natural order, no factor: the KIVI kernels read codes as they are stored */
-        for (size_t p = 0; p < sg->WK; p++) sg->permK[p] = p;
-    }
-    if (sg->kivi_v)
-        for (size_t p = 0; p < sg->WV; p++) sg->permV[p] = p;
-    sg->tile_k = !sg->kivi_k && !d->ks->scores[sg->Kk[0].fmt.type];
-    sg->tile_v = V && !sg->kivi_v && !d->ks->vacc[sg->Vk[0].fmt.type];
-    sg->bK = float_bases(sg->Kk, n_kv, D);
-    sg->bV = V ? float_bases(sg->Vk, n_kv, D) : NULL;
+    side_init(d, &sg->k, K, T);
+    side_init(d, &sg->v, V, T);
+    sg->qp = alloc64(d->c.L * d->Hq * sg->k.W * sizeof *sg->qp);
 }
 
 static void seg_free(Seg *sg)
 {
-    free(sg->bK);
-    free(sg->bV);
-    free(sg->permK);
-    free(sg->permV);
+    side_free(&sg->k);
+    side_free(&sg->v);
     free(sg->qp);
-    free(sg->Kf);
-    free(sg->Vf);
-    free(sg->Kn);
-    free(sg->Vn);
-}
-
-static const KiviKernels *kivi_kernels(const KernelSet *ks)
-{
-    const KernelSet *avx2 = decode_kernels_avx2();
-    return avx2 && ks == avx2 && decode_kivi_avx2() ? decode_kivi_avx2() : &decode_kivi_ref;
 }
 
 Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl)
@@ -293,7 +306,6 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     d->impl = impl;
     d->keys_only = c->V == NULL;
     d->ks = impl == DECODE_REF ? &decode_kernels_ref : fused_kernels();
-    d->kk = kivi_kernels(d->ks);
     d->pool = pool_create(threads);
     if (!d->pool) {
         free(d);
@@ -304,26 +316,25 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     if (d->ns == 2) seg_init(d, &d->seg[1], c->Tr, c->Kr, c->Vr, d->seg[0].nb);
     d->nb = d->seg[0].nb + (d->ns == 2 ? d->seg[1].nb : 0);
     size_t wk = 0, wv = 0, rmax = 0;
-    int tiles = 0, kivi = 0;
+    int tiles = 0;
     for (size_t s = 0; s < d->ns; s++) {
         const Seg *sg = &d->seg[s];
-        if (sg->WK > wk) wk = sg->WK;
-        if (sg->WV > wv) wv = sg->WV;
-        if (sg->K[0].fmt.rank > rmax) rmax = sg->K[0].fmt.rank;
-        if (sg->V && sg->V[0].fmt.rank > rmax) rmax = sg->V[0].fmt.rank;
-        tiles |= sg->tile_k || sg->tile_v;
-        kivi |= sg->kivi_k || sg->kivi_v;
+        if (sg->k.W > wk) wk = sg->k.W;
+        if (sg->v.W > wv) wv = sg->v.W;
+        if (sg->k.st[0].fmt.rank > rmax) rmax = sg->k.st[0].fmt.rank;
+        if (sg->v.st && sg->v.st[0].fmt.rank > rmax) rmax = sg->v.st[0].fmt.rank;
+        tiles |= !sg->k.scores || (sg->v.st && !sg->v.vacc);
     }
     if (impl == DECODE_NAIVE) d->lr = per_thread(threads, rmax * (DECODE_BLOCK + c->D));
     d->SW = 2 + wv;
-    d->slots = xmalloc(n_q * d->nb * d->SW * sizeof *d->slots);
+    d->slots = alloc64(n_q * d->nb * d->SW * sizeof *d->slots);
     d->S = per_thread(threads, d->G * DECODE_BLOCK);
     size_t wmaxkv = wk > wv ? wk : wv;
     d->tile_rows = ((size_t)1 << 16) / wmaxkv;
     if (d->tile_rows < 1) d->tile_rows = 1;
     if (d->tile_rows > 256) d->tile_rows = 256;
     if (tiles) d->tile = per_thread(threads, d->tile_rows * wmaxkv);
-    if (kivi) d->kscr = per_thread(threads, KIVI_SCRATCH(d->G, wmaxkv));
+    d->scr = per_thread(threads, DECODE_SCRATCH(d->G, wmaxkv));
     d->acc = per_thread(threads, d->G * wv);
     d->num = xcalloc((size_t)threads, sizeof *d->num);
     for (int i = 0; i < threads; i++) d->num[i] = xcalloc(4 * c->D + 16, sizeof **d->num);
@@ -350,7 +361,7 @@ void decoder_free(Decoder *d)
     free_per_thread((void **)d->num, n);
     free_per_thread((void **)d->lr, n);
     free_per_thread((void **)d->tile, n);
-    free_per_thread((void **)d->kscr, n);
+    free_per_thread((void **)d->scr, n);
     free(d);
 }
 
@@ -369,8 +380,10 @@ static void naive_item(void *arg, size_t item, int tid)
     }
     size_t T = sg->T, tensor = item / sg->nb, b = item % sg->nb, t0 = b * DECODE_BLOCK;
     size_t n = T - t0 < DECODE_BLOCK ? T - t0 : DECODE_BLOCK;
-    const StoreTensor *st = tensor < n_kv ? &sg->K[tensor] : &sg->V[tensor - n_kv];
-    float *dst = (tensor < n_kv ? sg->Kf + tensor * T * D : sg->Vf + (tensor - n_kv) * T * D) + t0 * D;
+    const Side *sd = tensor < n_kv ? &sg->k : &sg->v;
+    size_t i = tensor < n_kv ? tensor : tensor - n_kv;
+    const StoreTensor *st = &sd->st[i];
+    float *dst = sd->f32 + i * T * D + t0 * D;
     size_t R = st->fmt.rank;
     if (!R) {
         store_dequantize_rows_f32(dst, st, t0, n);
@@ -378,7 +391,7 @@ static void naive_item(void *arg, size_t item, int tid)
     }
     float *C = d->lr[tid], *B = C + DECODE_BLOCK * R;   /* C (n, R), then B (R, D) */
     store_dequantize_rows_f32(C, st, t0, n);
-    for (size_t i = 0; i < R * D; i++) B[i] = store_f16_to_f32(st->basis[i]);
+    for (size_t k = 0; k < R * D; k++) B[k] = store_f16_to_f32(st->basis[k]);
     for (size_t t = 0; t < n; t++) {
         float *o = dst + t * D;
         for (size_t j = 0; j < D; j++) o[j] = 0.0f;
@@ -393,13 +406,14 @@ static void naive_item(void *arg, size_t item, int tid)
 /* q for query head qh of layer l -> segment sg's prepared query (kernel order). */
 static void prepare_query(Decoder *d, Seg *sg, size_t l, size_t qh, double *x, double *y)
 {
-    size_t D = d->c.D, W = sg->WK, kv = l * d->c.Hkv + qh / d->G;
-    const StoreTensor *K = &sg->Kk[kv];
+    const Side *sd = &sg->k;
+    size_t D = d->c.D, W = sd->W, kv = l * d->c.Hkv + qh / d->G;
+    const StoreTensor *K = &sd->rd[kv];
     const float *q = d->q + (l * d->Hq + qh) * D;
     double inv = 1.0 / sqrt((double)D);
     for (size_t j = 0; j < D; j++) x[j] = (double)q[j] * inv;
     if (K->fmt.rank) {   /* q' = B q */
-        const float *B = sg->bK + kv * W * D;
+        const float *B = sd->basis + kv * W * D;
         for (size_t r = 0; r < W; r++) {
             double a = 0.0;
             for (size_t j = 0; j < D; j++) a += (double)B[r * D + j] * x[j];
@@ -410,11 +424,43 @@ static void prepare_query(Decoder *d, Seg *sg, size_t l, size_t qh, double *x, d
     }
     if (store_type_is_int(K->fmt.type) && K->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < W; j++) y[j] *= store_f16_to_f32(K->scales[j]);
-    double f = !sg->kivi_k && d->ks->raw_scale[K->fmt.type] != 0 ? d->ks->raw_scale[K->fmt.type] : 1.0;
-    if (f != 1.0)
-        for (size_t j = 0; j < W; j++) y[j] *= f;
+    if (sd->factor != 1.0)
+        for (size_t j = 0; j < W; j++) y[j] *= sd->factor;
     float *o = sg->qp + (l * d->Hq + qh) * W;
-    for (size_t p = 0; p < W; p++) o[p] = (float)y[sg->permK[p]];
+    for (size_t p = 0; p < W; p++) o[p] = (float)y[sd->perm[p]];
+}
+
+/* S[g*DECODE_BLOCK + i] = the scores of rows t0..t0+n of tensor lh for the G heads of qp: its slot, or (no slot)
+ * small dequantized tiles through the f32 slot. */
+static void side_scores(const Decoder *d, const Side *sd, size_t lh, float *S, const float *qp, size_t t0, size_t n,
+                        int tid)
+{
+    if (sd->scores) {
+        sd->scores(S, DECODE_BLOCK, qp, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
+        return;
+    }
+    for (size_t i = 0; i < n; i += d->tile_rows) {
+        size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
+        store_dequantize_rows_f32(d->tile[tid], &sd->rd[lh], t0 + i, nr);
+        KRows tr = {.type = STORE_F32, .codes = (const uint8_t *)d->tile[tid], .row_bytes = 4 * sd->W, .W = sd->W};
+        d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, qp, d->G, &tr, 0, nr, d->scr[tid]);
+    }
+}
+
+/* acc (G, W) += the weighted sum of rows t0..t0+n of tensor lh with the weights in S, the same way. */
+static void side_vacc(const Decoder *d, const Side *sd, size_t lh, float *acc, const float *S, size_t t0, size_t n,
+                      int tid)
+{
+    if (sd->vacc) {
+        sd->vacc(acc, S, DECODE_BLOCK, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
+        return;
+    }
+    for (size_t i = 0; i < n; i += d->tile_rows) {
+        size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
+        store_dequantize_rows_f32(d->tile[tid], &sd->rd[lh], t0 + i, nr);
+        KRows tr = {.type = STORE_F32, .codes = (const uint8_t *)d->tile[tid], .row_bytes = 4 * sd->W, .W = sd->W};
+        d->ks->vacc[STORE_F32](acc, S + i, DECODE_BLOCK, d->G, &tr, 0, nr, d->scr[tid]);
+    }
 }
 
 /* item = (layer, KV head, block of either segment): scores, softmax pieces and the weighted V sum of one token
@@ -425,26 +471,10 @@ static void block_item(void *arg, size_t item, int tid)
     size_t nb = d->nb, bb = item % nb, lh = item / nb, l = lh / d->c.Hkv, kvh = lh % d->c.Hkv, G = d->G;
     const Seg *sg = d->ns == 2 && bb >= d->seg[1].b0 ? &d->seg[1] : &d->seg[0];
     size_t b = bb - sg->b0, t0 = b * DECODE_BLOCK, n = sg->T - t0 < DECODE_BLOCK ? sg->T - t0 : DECODE_BLOCK;
-    size_t WK = sg->WK, WV = sg->WV, SW = d->SW;
-    const StoreTensor *K = &sg->Kk[lh];
+    size_t WV = sg->v.W, SW = d->SW;
     float *S = d->S[tid], *acc = d->acc[tid];
     size_t q0 = l * d->Hq + kvh * G;
-    const float *qp = sg->qp + q0 * WK;
-    if (sg->kivi_k) {
-        KiviRows kr;
-        kivi_rows(&kr, K);
-        d->kk->scores(S, DECODE_BLOCK, qp, G, &kr, t0, n, d->kscr[tid]);
-    } else if (!sg->tile_k) {
-        KRows kr = rows_of(K);
-        d->ks->scores[kr.type](S, DECODE_BLOCK, qp, G, &kr, t0, n);
-    } else {   /* a format without a kernel: small dequantized tiles through the f32 kernel */
-        for (size_t i = 0; i < n; i += d->tile_rows) {
-            size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
-            store_dequantize_rows_f32(d->tile[tid], K, t0 + i, nr);
-            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * WK, NULL, WK};
-            d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, qp, G, &tr, 0, nr);
-        }
-    }
+    side_scores(d, &sg->k, lh, S, sg->qp + q0 * sg->k.W, t0, n, tid);
     float m[256], lsum[256];
     for (size_t g0 = 0; g0 < G; g0 += 256) {
         size_t gn = G - g0 < 256 ? G - g0 : 256;
@@ -458,23 +488,8 @@ static void block_item(void *arg, size_t item, int tid)
         }
     }
     if (d->mode != DECODE_FULL) return;
-    const StoreTensor *V = &sg->Vk[lh];
     memset(acc, 0, G * WV * sizeof *acc);
-    if (sg->kivi_v) {
-        KiviRows vr;
-        kivi_rows(&vr, V);
-        d->kk->vacc(acc, S, DECODE_BLOCK, G, &vr, t0, n, d->kscr[tid]);
-    } else if (!sg->tile_v) {
-        KRows vr = rows_of(V);
-        d->ks->vacc[vr.type](acc, S, DECODE_BLOCK, G, &vr, t0, n);
-    } else {
-        for (size_t i = 0; i < n; i += d->tile_rows) {
-            size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
-            store_dequantize_rows_f32(d->tile[tid], V, t0 + i, nr);
-            KRows tr = {STORE_F32, (const uint8_t *)d->tile[tid], 4 * WV, NULL, WV};
-            d->ks->vacc[STORE_F32](acc, S + i, DECODE_BLOCK, G, &tr, 0, nr);
-        }
-    }
+    side_vacc(d, &sg->v, lh, acc, S, t0, n, tid);
     for (size_t g = 0; g < G; g++)
         memcpy(d->slots + ((q0 + g) * nb + bb) * SW + 2, acc + g * WV, WV * sizeof *acc);
 }
@@ -484,19 +499,19 @@ static void block_item(void *arg, size_t item, int tid)
 static void add_segment(const Decoder *d, const Seg *sg, size_t l, size_t qh, double *z, const double *num, double den,
                         double *y)
 {
-    size_t WV = sg->WV, D = d->c.D, kv = l * d->c.Hkv + qh / d->G;
-    const StoreTensor *V = &sg->Vk[kv];
-    for (size_t p = 0; p < WV; p++) y[sg->permV[p]] = num[p] / den;
+    const Side *sd = &sg->v;
+    size_t WV = sd->W, D = d->c.D, kv = l * d->c.Hkv + qh / d->G;
+    const StoreTensor *V = &sd->rd[kv];
+    for (size_t p = 0; p < WV; p++) y[sd->perm[p]] = num[p] / den;
     if (store_type_is_int(V->fmt.type) && V->fmt.axis == STORE_AXIS_CHANNEL)
         for (size_t j = 0; j < WV; j++) y[j] *= store_f16_to_f32(V->scales[j]);
-    double f = !sg->kivi_v && d->ks->raw_scale[V->fmt.type] != 0 ? d->ks->raw_scale[V->fmt.type] : 1.0;
-    if (f != 1.0)
-        for (size_t j = 0; j < WV; j++) y[j] *= f;
+    if (sd->factor != 1.0)
+        for (size_t j = 0; j < WV; j++) y[j] *= sd->factor;
     if (!V->fmt.rank) {
         for (size_t j = 0; j < D; j++) z[j] += y[j];
         return;
     }
-    const float *B = sg->bV + kv * WV * D;
+    const float *B = sd->basis + kv * WV * D;
     for (size_t j = 0; j < D; j++) {
         double a = 0.0;
         for (size_t r = 0; r < WV; r++) a += y[r] * (double)B[r * D + j];
@@ -524,11 +539,11 @@ static void merge_item(void *arg, size_t item, int tid)
     memset(z, 0, D * sizeof *z);
     for (size_t s = 0; s < d->ns; s++) {
         const Seg *sg = &d->seg[s];
-        memset(num, 0, sg->WV * sizeof *num);
+        memset(num, 0, sg->v.W * sizeof *num);
         for (size_t b = sg->b0; b < sg->b0 + sg->nb; b++) {
             const float *sb = slot + b * SW;
             double e = exp((double)sb[0] - mx);
-            for (size_t p = 0; p < sg->WV; p++) num[p] += e * sb[2 + p];
+            for (size_t p = 0; p < sg->v.W; p++) num[p] += e * sb[2 + p];
         }
         add_segment(d, sg, l, qh, z, num, den, y);
     }

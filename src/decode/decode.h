@@ -5,6 +5,8 @@
  *     s_t = (q . k_t) / sqrt(D),  p_t = exp(s_t - max s),  out = sum_t p_t v_t / sum_t p_t
  * where k_t, v_t are the values the stored format reads back (store.h), read directly from the packed
  * bytes by the fused kernels (src/decode/kernels*.c): no dequantized copy of the cache is made.
+ * The kernels have one interface (src/decode/kernels.h, the manual for kernel authors): a KernelSet with one
+ * slot per stored type; decoder_create picks the slot of every stored tensor once (each segment's K and V).
  *   - Residual segment (DecodeCache.Tr > 0): the step attends over the T main tokens followed by the Tr tokens
  *     of Kr / Vr, one softmax over T + Tr (e.g. KIVI: the quantized tokens, then the FP16 residual window).
  *     Each segment has its own formats (every Kr one format, every Vr one format), its own prepared queries
@@ -19,7 +21,7 @@
  *   - An evicted cache is a cache with fewer tokens: pass the compacted kept rows.
  *   - Fused kernels exist for f32, f16, bf16, e4m3, e5m2, int8/int4/int2, the ggml types q8_0/q4_0/q4_1/
  *     q5_0/q5_1/iq4_nl (kernels_ggml.h for the last four), and for the grouped intN format (KIVI's and the
- *     method library's; src/decode/kernels_kivi.h): 2 / 4 / 8 bits, symmetric or asymmetric, FP16 or FP32
+ *     method library's; the STORE_INTN slot, src/decode/kernels_kivi.h): 2 / 4 / 8 bits, symmetric or asymmetric, FP16 or FP32
  *     scales and mins, groups along either axis, with W % 8 == 0 and g % 8 == 0 (or one group per column / row;
  *     groups may cross blocks, the last may be shorter). Keys per channel (groups of g tokens): per token group
  *     q'_j = q_j s_Gj and c_G = q . m_G once, then s_t = q' . n_t + c_G; keys per token (groups of g channels):
@@ -34,9 +36,9 @@
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
  * The partition does not depend on the thread count, so the output is bit-identical for any --threads.
  *
- * Implementations: DECODE_FUSED (AVX2+FMA+F16C when the CPU and OS have them, checked with cpuid and
- * xgetbv at the first decoder_create; else the scalar kernels), DECODE_REF (the scalar `_ref`
- * kernels, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
+ * Implementations: DECODE_FUSED (the AVX2+FMA+F16C KernelSet when the CPU and OS have them, checked with
+ * cpuid and xgetbv at the first decoder_create; else the scalar set), DECODE_REF (the scalar `_ref`
+ * KernelSet, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
  * DECODE_FUSED use the scalar kernels.

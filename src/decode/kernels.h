@@ -1,16 +1,40 @@
-/* kernels: the per-format building blocks of a decode step, in two implementations with one interface:
- * kernels_ref.c (portable scalar C, the `_ref` twins) and kernels_avx2.c (AVX2 + FMA + F16C, compiled with
- * those flags alone and only called after a runtime CPU check). Internal to src/decode/.
+/* kernels: the one interface of the fused decode kernels, the per-format building blocks of a decode step.
+ * Internal to src/decode/.
  *
- * G query heads share one KV head; W stored columns per token; rows are read straight from the stored
- * bytes (no dequantized copy). A kernel set may read columns in its own order (kernel order): the caller
- * permutes the prepared query into that order and the accumulated output back (col_order).
+ * A KernelSet has one slot per stored type (StoreType): scores[type] (the key side) and vacc[type] (the value
+ * side), plus the format-independent pieces (max, exp_sum, read_sum) and how the set reads columns (col_order,
+ * raw_scale). Two sets fill every slot:
+ *   decode_kernels_ref     kernels_ref.c: portable scalar C, the `_ref` twin of every slot.
+ *   decode_kernels_avx2()  AVX2 + FMA + F16C: kernels_avx2.c (f32 .. q4_0), kernels_ggml_avx2.c (q4_1, q5_0,
+ *                          q5_1, iq4_nl: kernels_ggml.h), kernels_kivi_avx2.c (STORE_INTN, the grouped integer
+ *                          format of KIVI and the method library: kernels_kivi.h). Those three files alone are
+ *                          compiled with -mavx2 -mfma -mf16c and share avx2_common.h (helpers, the head-group
+ *                          driver, the value-side tile path); decode.c calls them only after a runtime CPU check.
+ * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
+ * window, is just more tensors with their own slot) and calls it for every block of tokens.
  *
- * Numerics (both implementations): products and sums in float32; scores are dot products over W with
- * several float32 partial sums; p = exp(s - max) in float32 (AVX2: a degree-6 polynomial after range
- * reduction, within 2 ulp of expf); the weighted V sum is accumulated in float32 per token block.
- * Per-token FP16 scales multiply the finished dot product (keys) or the weight (values).
- * Pure: no allocation, no I/O; the caller supplies every buffer.
+ * What the kernels read (KRows, filled by decode.c from a StoreTensor): every type f32 .. iq4_nl, full rank or
+ * low-rank coefficients (W = rank), any W (the ggml types W % 32 == 0, store_check); STORE_INTN when full rank,
+ * 2 / 4 / 8 bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a multiple of 8 (or one group per row /
+ * column; groups may cross blocks, the last may be shorter). Any other tensor (intN with 3 / 5 / 6 / 7 bits,
+ * other groups, W % 8 != 0, low-rank intN) has no slot: decode.c dequantizes it in small tiles
+ * (store_dequantize_rows_f32) and runs the f32 slot over them.
+ *
+ * G query heads share one KV head; W stored columns per token; rows are read straight from the stored bytes (no
+ * dequantized copy). A kernel set may read columns in its own order (kernel order): the caller permutes the
+ * prepared query into that order and the accumulated output back (col_order); the intN kernels read natural
+ * order at their interface (they permute inside).
+ *
+ * Numerics (both sets): products and sums in float32; scores are dot products over W with several float32
+ * partial sums; p = exp(s - max) in float32 (AVX2: a degree-6 polynomial after range reduction, within 2 ulp
+ * of expf); the weighted V sum is accumulated in float32 per token block. Per-token FP16 scales multiply the
+ * finished dot product (keys) or the weight (values). Each element is read as its exact stored value
+ * (src/store/elem.h). The summation order depends only on W, n, G (and intN's group), never on the thread count.
+ * Pure: no allocation, no I/O; the caller supplies every buffer (scr: DECODE_SCRATCH floats).
+ *
+ * Adding a kernel: write it with the ScoresFn / VaccFn signature (AVX2: in the file of its family, with
+ * avx2_common.h's helpers and HEAD_GROUPS driver), put it in its slot of kernels_avx2.c's table, give it a
+ * scalar twin in kernels_ref.c's table, and extend tests/test_decode.c's format list.
  */
 #ifndef KVC_DECODE_KERNELS_H
 #define KVC_DECODE_KERNELS_H
@@ -19,29 +43,40 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 /* The stored rows a kernel reads: one head's K or V (or its float32 copy on the naive path). */
 typedef struct KRows {
     StoreType type;
     const uint8_t *codes;    /* row t at codes + t * row_bytes */
     size_t row_bytes;
-    const uint16_t *rscale;  /* FP16 scale per token (int types, axis token), else NULL */
+    const uint16_t *rscale;  /* FP16 scale per token (int8 / int4 / int2, axis token), else NULL */
     size_t W;                /* stored columns */
+    /* STORE_INTN only (zero otherwise): the grouped integer parameters (store.h's intN) */
+    int bits;                /* 2, 4 or 8 */
+    StoreAxis axis;          /* STORE_AXIS_CHANNEL: groups of g tokens per column; TOKEN: g channels per row */
+    size_t g;                /* group extent, resolved: axis channel tokens per group (T: one group), token channels (W) */
+    size_t per;              /* parameters per group row: axis channel W (index G * W + j), token ceil(W / g) (t * per + k) */
+    const void *scale;       /* scales in store.h's group order, FP16 or FP32 (f32) */
+    const void *min;         /* mins, same order; NULL: symmetric (m = -2^(bits-1) s, codes stored as n = code + 2^(bits-1)) */
+    int f32;                 /* 1: FP32 parameters, 0: FP16 */
 } KRows;
 
-/* s[g*ls + i] = rowscale(t0+i) * sum_j qp[g*W + j] * code(t0+i, j), for g < G, i < n.
+/* Floats of scratch (scr) a kernel call needs for G query heads over rows of W columns (the intN kernels' prepared
+ * queries, parameters and accumulators; the other kernels use none). */
+#define DECODE_SCRATCH(G, W) ((G) * (4 * (W) + 16) + 8 * (W) + 64)
+
+/* s[g*ls + i] = rowscale(t0+i) * sum_j qp[g*W + j] * value(t0+i, j), for g < G, i < n.
  * qp: G prepared queries of W floats, in kernel order. */
-typedef void (*ScoresFn)(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n);
-/* acc[g*W + j] += sum_i p[g*lp + i] * rowscale(t0+i) * code(t0+i, j), for g < G, j < W (kernel order). */
-typedef void (*VaccFn)(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n);
+typedef void (*ScoresFn)(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                         float *scr);
+/* acc[g*W + j] += sum_i p[g*lp + i] * rowscale(t0+i) * value(t0+i, j), for g < G, j < W (kernel order). */
+typedef void (*VaccFn)(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
+                       float *scr);
 
 typedef struct KernelSet {
-    const char *name;                     /* "ref" or "avx2" */
-    ScoresFn scores[STORE_NTYPES];
+    const char *name;                     /* "scalar" or "avx2" */
+    ScoresFn scores[STORE_NTYPES];        /* one slot per stored type; every set fills all of them */
     VaccFn vacc[STORE_NTYPES];
-    /* NULL for a type without a kernel: decode.c then dequantizes small tiles with store_dequantize_rows_f32
-     * and runs the f32 kernels (so every stored format decodes; only these are fused) */
     /* true value = raw_scale[type] * what the kernels read, 0 meaning 1 (AVX2 reads E4M3 as FP16: 1/256 of its
      * value); the caller folds it into the prepared query and the output */
     float raw_scale[STORE_NTYPES];
@@ -53,37 +88,8 @@ typedef struct KernelSet {
     float (*read_sum)(const float *x, size_t n);
 } KernelSet;
 
-/* Value of stored element j (natural order) of a row, without the per-token scale; exact in float32. */
-static inline float decode_elem(StoreType t, const uint8_t *row, size_t j)
-{
-    uint16_t h;
-    float f;
-    switch (t) {
-    case STORE_F32: memcpy(&f, row + 4 * j, 4); return f;
-    case STORE_F16: memcpy(&h, row + 2 * j, 2); return store_f16_to_f32(h);
-    case STORE_BF16: memcpy(&h, row + 2 * j, 2); return store_bf16_to_f32(h);
-    case STORE_E4M3: return store_e4m3_to_f32(row[j]);
-    case STORE_E5M2: return store_e5m2_to_f32(row[j]);
-    case STORE_INT8: return (float)(int8_t)row[j];
-    case STORE_INT4: return (float)(((row[j / 2] >> (4 * (j % 2))) & 0xF) - 8);
-    case STORE_INT2: return (float)(((row[j / 4] >> (2 * (j % 4))) & 0x3) - 2);
-    case STORE_Q8_0: {
-        const StoreBlockQ8_0 *b = (const StoreBlockQ8_0 *)(const void *)row + j / STORE_QK;
-        return (float)b->qs[j % STORE_QK] * store_f16_to_f32(b->d);
-    }
-    case STORE_Q4_0: {
-        const StoreBlockQ4_0 *b = (const StoreBlockQ4_0 *)(const void *)row + j / STORE_QK;
-        size_t i = j % STORE_QK;
-        int n = i < 16 ? b->qs[i] & 0xF : b->qs[i - 16] >> 4;
-        return (float)(n - 8) * store_f16_to_f32(b->d);
-    }
-    default: break;   /* q4_1 ... iq4_nl: kernels_ggml.h; intN: kernels_kivi.h or decode.c's tile path */
-    }
-    return 0.0f;
-}
-
 extern const KernelSet decode_kernels_ref;
-/* NULL when kvc was built without the AVX2 translation unit (non-x86 targets). */
+/* NULL when kvc was built without the AVX2 translation units (non-x86 targets). */
 const KernelSet *decode_kernels_avx2(void);
 
 #endif

@@ -1,42 +1,38 @@
-/* kernels_avx2: the decode kernels with AVX2 + FMA + F16C intrinsics (see kernels.h). This file alone is
- * compiled with -mavx2 -mfma -mf16c; decode.c calls it only after cpuid and xgetbv say the CPU and OS
- * have all three. Its scalar twins are in kernels_ref.c.
+/* kernels_avx2: the AVX2 + FMA + F16C KernelSet (kernels.h): the slots of f32 .. q4_0 here, q4_1 .. iq4_nl from
+ * kernels_ggml_avx2.c and STORE_INTN from kernels_kivi_avx2.c, plus the format-independent pieces. This file
+ * alone (with those two) is compiled with -mavx2 -mfma -mf16c; decode.c calls it only after cpuid and xgetbv
+ * say the CPU and OS have all three. Its scalar twins are in kernels_ref.c; the helpers, the head-group driver
+ * and the value side are avx2_common.h's.
  *
- * Every format is read in "units": a few stored bytes that expand to 1..4 vectors of 8 floats
- * (cvt_unit). f32/f16/bf16/e5m2/int8: 8 values; e4m3: 16 values; int4: 8 bytes = 16 values (low nibbles, then high
- * nibbles: kernel order, see col_order); int2: 8 bytes = 32 values; q8_0/q4_0: one 32-value block with its
- * FP16 scale. E4M3 is widened to FP16 by a shift (its value is that FP16 times 256; the caller folds the 256
+ * Every format is read in "units" (avx2_common.h's Unit): a few stored bytes that expand to 1..4 vectors of 8
+ * floats (cvt_unit). f32/f16/bf16/e5m2/int8: 8 values; e4m3: 16 values; int4: 8 bytes = 16 values (low nibbles,
+ * then high nibbles: kernel order, see col_order); int2: 8 bytes = 32 values; q8_0/q4_0: one 32-value block with
+ * its FP16 scale. E4M3 is widened to FP16 by a shift (its value is that FP16 times 256; the caller folds the 256
  * into the query and the output); E5M2 is the top byte of an FP16.
  *
  * Memory is read in address order (measured: interleaving several rows' streams, or revisiting a tile
  * column group by column group, cost a third of the bandwidth on the development machine), with a
  * software prefetch PF_AHEAD bytes ahead.
- * Scores: one row after the other, GC query heads at a time; each unit is converted once for all GC heads
- * (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head: independent FMA
- * chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's FP16 scale;
- * 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row pair.
- * Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
+ * Scores: one row after the other, GC query heads at a time (HEAD_GROUPS: 4, 2, 1); each unit is converted once
+ * for all GC heads (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head:
+ * independent FMA chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's
+ * FP16 scale; 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row
+ * pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
  * read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's partial sum;
  * int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
  * than 4 heads with W = 64/128/256 are exact integer dot products (see "int4 keys in integer arithmetic").
- * V, one query head: tokens in pairs, the W accumulators in L1 (load, 2 FMAs, store). V, GC >= 2 heads
- * (GQA), codes of at most 1 byte per value (e4m3, e5m2, int8, int4): tiles of about PF_AHEAD bytes (the
- * next tile prefetched whole), column groups of 8 / GC vectors converted once per token for the GC heads and
- * accumulated in GC x (8 / GC) registers (vacc_direct). Other formats (f32/f16/bf16: the column-group reads
- * of wide rows cost bandwidth; q8_0/q4_0/int2: 32-value units): a tile of up to 32 tokens is converted once
- * to float32 in a 16 KiB scratch (exact values, block scales applied), then column groups are accumulated
- * in GC x (8 / GC) registers.
+ * Values: avx2_common.h's vacc_all with this file's units (one head: tokens in pairs, the W accumulators in L1;
+ * GQA: register accumulators for codes of at most one byte per value, else the tile path).
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
 #include "decode/kernels_ggml.h"
+#include "decode/kernels_kivi.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#include <math.h>
+#include "decode/avx2_common.h"
 
-#define UNROLL _Pragma("GCC unroll 16")
-#define INLINE static inline __attribute__((always_inline))
+#include <math.h>
 
 /* Q4_0 keys of one query head read without the -8 (codes 0..15); the caller subtracts 8 x the block's query sum
  * (a kernel-internal pseudo type: scores_all, one head) */
@@ -63,8 +59,6 @@ INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
     }
 }
 
-INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *)(const void *)p); }
-
 /* x[0..nv) = the unit at p in kernel order; *d = the block scale (block formats). */
 INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 {
@@ -75,9 +69,7 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
         return;
     }
     if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
-        uint16_t h;
-        memcpy(&h, p, 2);
-        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        *d = f16_bcast(p);
         __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
         __m256i m = _mm256_set1_epi32(15);
         x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
@@ -119,16 +111,12 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
         break;
     }
     case STORE_Q8_0: {
-        uint16_t h;
-        memcpy(&h, p, 2);
-        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        *d = f16_bcast(p);
         UNROLL for (int c = 0; c < 4; c++) x[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p + 2 + 8 * c)));
         break;
     }
     case STORE_Q4_0: {
-        uint16_t h;
-        memcpy(&h, p, 2);
-        *d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        *d = f16_bcast(p);
         __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
         __m256i m = _mm256_set1_epi32(15), o = _mm256_set1_epi32(8);
         x[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b0, m), o));   /* values 0..7 */
@@ -141,50 +129,16 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
     }
 }
 
-/* A column past the last full unit, as the vector code reads it (E4M3: 1/256 of its value, exact). */
-INLINE float tail_elem(const StoreType t, const uint8_t *row, size_t j)
+/* A key column past the last full unit (int4 tails keep the -8). */
+INLINE float key_tail(const StoreType t, const uint8_t *row, size_t j)
 {
-    float v = decode_elem(t == INT4_RAW ? STORE_INT4 : t, row, j);   /* tails keep the -8 */
-    return t == STORE_E4M3 ? v * 0x1p-8f : v;
+    return tail_elem(t == INT4_RAW ? STORE_INT4 : t, row, j);
 }
 
-INLINE float hsum(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-/* out[m] = horizontal sum of acc[m], m < M (M = 8, 4, or fewer). */
-INLINE void reduce(const int M, const __m256 *acc, float *out)
-{
-    if (M == 8) {
-        __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
-        __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
-        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-        __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
-        _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
-    } else if (M == 4) {
-        __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-    } else {
-        UNROLL for (int m = 0; m < M; m++) out[m] = hsum(acc[m]);
-    }
-}
+/* The value side's description of a unit (avx2_common.h). */
+INLINE Unit unit_desc(StoreType t) { return (Unit){t, unit_of(t), ub_of(t), nv_of(t), is_block(t), cvt_unit}; }
 
 /* ---- scores ---------------------------------------------------------------------------------------------- */
-
-#ifndef KVC_PF_AHEAD
-#define KVC_PF_AHEAD 2048
-#endif
-enum { PF_AHEAD = KVC_PF_AHEAD };   /* software prefetch distance in bytes: rows are read in address order */
-
-INLINE void prefetch_range(const uint8_t *p, size_t n)
-{
-#pragma GCC unroll 4
-    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
-}
 
 /* K units u..u+K of R rows (R <= 2, rows rb bytes apart) into A accumulators per (row, head),
  * a[(r*GC + g)*A + k]: elementwise formats send vector v of the group to accumulator v % A; block formats
@@ -276,13 +230,9 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
     }
     for (size_t m = R * (size_t)GC; m < 8; m++) rs[m] = _mm256_setzero_ps();
     if (GC == 1 && R == 8 && j0 == W) {   /* the common case: 8 consecutive scores, one store */
-        __m256 t0 = _mm256_hadd_ps(rs[0], rs[1]), t1 = _mm256_hadd_ps(rs[2], rs[3]);
-        __m256 t2 = _mm256_hadd_ps(rs[4], rs[5]), t3 = _mm256_hadd_ps(rs[6], rs[7]);
-        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-        __m256 v = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        __m256 v = reduce8v(rs);
         if (T == INT4_RAW) v = _mm256_sub_ps(v, _mm256_broadcast_ss(qp + W));   /* 8 x the query sum, after it */
-        if (k->rscale)
-            v = _mm256_mul_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(k->rscale + t))));
+        if (k->rscale) v = _mm256_mul_ps(v, h8(k->rscale + t));
         _mm256_storeu_ps(s + i, v);
         return;
     }
@@ -294,7 +244,7 @@ INLINE void scores_tile(const StoreType T, const int GC, size_t R, float *s, siz
         UNROLL for (int g = 0; g < GC; g++) {
             float v = out[r * (size_t)GC + (size_t)g];
             if (T == INT4_RAW) v -= qp[(size_t)GC * W + (size_t)g];
-            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
+            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * key_tail(T, row, j);
             s[(size_t)g * ls + i + r] = v * rsc;
         }
     }
@@ -332,7 +282,7 @@ INLINE void scores_tile_narrow(const StoreType T, const int GC, float *s, size_t
         float rsc = k->rscale ? _cvtsh_ss(k->rscale[t + r]) : 1.0f;
         UNROLL for (int g = 0; g < GC; g++) {
             float v = out[r * (size_t)GC + (size_t)g];
-            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * tail_elem(T, row, j);
+            for (size_t j = j0; j < W; j++) v += qp[(size_t)g * W + j] * key_tail(T, row, j);
             s[(size_t)g * ls + i + r] = v * rsc;
         }
     }
@@ -348,282 +298,32 @@ INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, cons
     for (; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
 }
 
+/* q4_0 keys of one head (W % 32 == 0, 64 <= W <= 1024): codes without the -8 (4 subtractions fewer per block),
+ * minus 8 x the block's query sum (one subtraction), lane-wise: part_b = sum_c q_c n_c - 8 sum_c q_c over the
+ * block's 4 vectors. */
+INLINE void scores_q4_0_one(float *s, size_t ls, const float *q, const KRows *k, size_t t0, size_t n)
+{
+    const size_t W = k->W;
+    float qb[1024 + 256];
+    memcpy(qb, q, W * sizeof *qb);
+    for (size_t b = 0; b < W / 32; b++)
+        for (int l = 0; l < 8; l++)
+            qb[W + 8 * b + (size_t)l] =
+                8.0f * ((q[32 * b + (size_t)l] + q[32 * b + 8 + (size_t)l]) + (q[32 * b + 16 + (size_t)l] + q[32 * b + 24 + (size_t)l]));
+    scores_gc(Q4_0_RAW, 1, s, ls, qb, k, t0, n);
+}
+
+/* Heads in groups of 4, 2, 1 (each unit converted once per group). */
 INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
                        size_t n)
 {
     const size_t W = k->W;
-    for (size_t g = 0; g < G;) {   /* heads in groups of 4, 2, 1 (each unit converted once per group) */
-        size_t left = G - g;
-        if (left >= 4) {
-            scores_gc(T, 4, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 4;
-        } else if (left >= 2) {
-            scores_gc(T, 2, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 2;
-        } else if (T == STORE_Q4_0 && W % 32 == 0 && W >= 64 && W <= 1024) {
-            /* one head: codes without the -8 (4 subtractions fewer per block), minus 8 x the block's query sum
-             * (one subtraction), lane-wise: part_b = sum_c q_c n_c - 8 sum_c q_c over the block's 4 vectors */
-            float qb[1024 + 256];
-            const float *q = qp + g * W;
-            memcpy(qb, q, W * sizeof *qb);
-            for (size_t b = 0; b < W / 32; b++)
-                for (int l = 0; l < 8; l++)
-                    qb[W + 8 * b + (size_t)l] =
-                        8.0f * ((q[32 * b + (size_t)l] + q[32 * b + 8 + (size_t)l]) + (q[32 * b + 16 + (size_t)l] + q[32 * b + 24 + (size_t)l]));
-            scores_gc(Q4_0_RAW, 1, s + g * ls, ls, qb, k, t0, n);
-            g += 1;
-        } else {
-            scores_gc(T, 1, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 1;
-        }
-    }
+    const int q4_0_one = T == STORE_Q4_0 && W % 32 == 0 && W >= 64 && W <= 1024;
+    HEAD_GROUPS(G, h, GC <= 4,
+                if (GC == 1 && q4_0_one) scores_q4_0_one(s + h * ls, ls, qp + h * W, k, t0, n);
+                else scores_gc(T, GC, s + h * ls, ls, qp + h * W, k, t0, n));
 }
 
-/* ---- weighted V sum ----------------------------------------------------------------------------------------- */
-
-enum { SCR = 4096, VT_MAX = 32 };   /* GQA tile scratch: floats (16 KiB, stays in L1); tokens per tile */
-
-/* The weights of tokens t..t+nt for GC heads: p itself (stride lp) or, with per-token FP16 scales,
- * p times the scales in buf (stride VT_MAX). Returns the pointer; *lw is its stride. */
-INLINE const float *tile_weights(const int GC, float *buf, size_t *lw, const float *p, size_t lp, const KRows *v,
-                                 size_t t, size_t i0, size_t nt)
-{
-    if (!v->rscale) {
-        *lw = lp;
-        return p + i0;
-    }
-    for (int g = 0; g < GC; g++) {
-        const float *pg = p + (size_t)g * lp + i0;
-        float *o = buf + (size_t)g * VT_MAX;
-        size_t i = 0;
-        for (; i + 8 <= nt; i += 8)
-            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(pg + i),
-                                                  _mm256_cvtph_ps(_mm_loadu_si128(
-                                                      (const __m128i *)(const void *)(v->rscale + t + i)))));
-        for (; i < nt; i++) o[i] = pg[i] * _cvtsh_ss(v->rscale[t + i]);
-    }
-    *lw = VT_MAX;
-    return buf;
-}
-
-/* Column tails (W % unit) of a tile, scalar. */
-INLINE void tail_columns(const StoreType T, const int GC, float *acc, const float *pw, size_t lw, const KRows *v, size_t t,
-                         size_t nt)
-{
-    const size_t W = v->W, j0 = W / unit_of(T) * unit_of(T);
-    if (j0 == W) return;
-    for (size_t i = 0; i < nt; i++) {
-        const uint8_t *row = v->codes + (t + i) * v->row_bytes;
-        for (int g = 0; g < GC; g++) {
-            float w = pw[(size_t)g * lw + i];
-            for (size_t j = j0; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
-        }
-    }
-}
-
-/* Units u0..u0+NU of nt rows for GC heads (GC * NU * nv <= 8 register accumulators):
- * acc[g*W + j] += sum_i pw[g*lw + i] * row_i[j]. Each unit is converted once for the GC heads. */
-INLINE void vacc_cols(const StoreType T, const int GC, const int NU, float *acc, size_t W, const float *pw, size_t lw,
-                      const uint8_t *row, size_t rb, size_t nt, size_t u0)
-{
-    const size_t UNIT = unit_of(T), UB = ub_of(T);
-    const int NV = nv_of(T), NA = NU * NV;
-    __m256 a[8];
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_loadu_ps(acc + (size_t)g * W + u0 * UNIT + 8 * (size_t)c);
-    row += u0 * UB;
-    for (size_t i = 0; i < nt; i++, row += rb) {
-        __m256 w[8];
-        UNROLL for (int g = 0; g < GC; g++) w[g] = _mm256_broadcast_ss(pw + (size_t)g * lw + i);
-        UNROLL for (int k = 0; k < NU; k++) {   /* one unit at a time: few live registers */
-            __m256 x[4], d = _mm256_setzero_ps();
-            cvt_unit(T, row + (size_t)k * UB, x, &d);
-            UNROLL for (int g = 0; g < GC; g++) {
-                __m256 wk = is_block(T) ? _mm256_mul_ps(w[g], d) : w[g];
-                UNROLL for (int c = 0; c < NV; c++)
-                    a[g * NA + k * NV + c] = _mm256_fmadd_ps(wk, x[c], a[g * NA + k * NV + c]);
-            }
-        }
-    }
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + u0 * UNIT + 8 * (size_t)c, a[g * NA + c]);
-}
-
-/* GC = 2 or 4 heads (GC * nv <= 8), register accumulators: per tile of about PF_AHEAD bytes (4..VT_MAX tokens),
- * column groups of 8 / GC vectors over the tile's rows (the first group brings the rows into L1). */
-INLINE void vacc_direct(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v,
-                        size_t t0, size_t n)
-{
-    const size_t W = v->W, UNIT = unit_of(T), rb = v->row_bytes, nu = W / UNIT;
-    const int NU = 8 / (GC * nv_of(T));
-    float buf[8 * VT_MAX];
-    /* the next tile is prefetched whole (in address order) while this one is read column group by column group */
-    size_t vt = PF_AHEAD / (rb ? rb : 1);
-    vt = vt < 4 ? 4 : vt > VT_MAX ? VT_MAX : vt;
-    for (size_t i0 = 0; i0 < n; i0 += vt) {
-        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0, lw;
-        const float *pw = tile_weights(GC, buf, &lw, p, lp, v, t, i0, nt);
-        const uint8_t *row = v->codes + t * rb;
-        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
-        size_t u = 0;
-        for (; u + (size_t)NU <= nu; u += (size_t)NU) vacc_cols(T, GC, NU, acc, W, pw, lw, row, rb, nt, u);
-        for (; u < nu; u++) vacc_cols(T, GC, 1, acc, W, pw, lw, row, rb, nt, u);   /* NU >= 2: the rest */
-        tail_columns(T, GC, acc, pw, lw, v, t, nt);
-    }
-}
-
-/* One query head: tokens in pairs, in address order; the W accumulators stay in L1 (load, two FMAs, store). */
-INLINE void vacc_one(const StoreType T, float *restrict acc, const float *p, const KRows *v, size_t t0, size_t n)
-{
-    const size_t W = v->W, UNIT = unit_of(T), UB = ub_of(T), rb = v->row_bytes, nu = W / UNIT;
-    const int NV = nv_of(T);
-    float buf[VT_MAX];
-    for (size_t i0 = 0; i0 < n; i0 += VT_MAX) {
-        size_t nt = n - i0 < VT_MAX ? n - i0 : VT_MAX, t = t0 + i0, lw;
-        const float *pw = tile_weights(1, buf, &lw, p, 0, v, t, i0, nt);
-        const uint8_t *row = v->codes + t * rb;
-        size_t i = 0;
-        for (; i + 2 <= nt; i += 2, row += 2 * rb) {
-            prefetch_range(row + PF_AHEAD, 2 * rb);
-            __m256 w0 = _mm256_broadcast_ss(pw + i), w1 = _mm256_broadcast_ss(pw + i + 1);
-#pragma GCC unroll 4
-            for (size_t u = 0; u < nu; u++) {
-                __m256 x0[4], x1[4], d0 = _mm256_setzero_ps(), d1 = d0;
-                cvt_unit(T, row + u * UB, x0, &d0);
-                cvt_unit(T, row + rb + u * UB, x1, &d1);
-                __m256 a0 = is_block(T) ? _mm256_mul_ps(w0, d0) : w0, a1 = is_block(T) ? _mm256_mul_ps(w1, d1) : w1;
-                float *ac = acc + u * UNIT;
-                UNROLL for (int c = 0; c < NV; c++)
-                    _mm256_storeu_ps(ac + 8 * c,
-                                     _mm256_fmadd_ps(a1, x1[c], _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c))));
-            }
-        }
-        for (; i < nt; i++, row += rb) {
-            __m256 w0 = _mm256_broadcast_ss(pw + i);
-            for (size_t u = 0; u < nu; u++) {
-                __m256 x0[4], d0 = _mm256_setzero_ps();
-                cvt_unit(T, row + u * UB, x0, &d0);
-                __m256 a0 = is_block(T) ? _mm256_mul_ps(w0, d0) : w0;
-                float *ac = acc + u * UNIT;
-                UNROLL for (int c = 0; c < NV; c++)
-                    _mm256_storeu_ps(ac + 8 * c, _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c)));
-            }
-        }
-        tail_columns(T, 1, acc, pw, lw, v, t, nt);
-    }
-}
-
-/* GQA: the tile's rows (full units only) converted to float32 in scr (nt rows of ld floats). */
-INLINE void tile_convert(const StoreType T, float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
-{
-    const size_t UNIT = unit_of(T), UB = ub_of(T), rb = v->row_bytes, nu = v->W / UNIT;
-    const int NV = nv_of(T);
-    const uint8_t *row = v->codes + t * rb;
-    for (size_t i = 0; i < nt; i++, row += rb) {
-        prefetch_range(row + PF_AHEAD, rb);
-        float *o = scr + i * ld;
-        for (size_t u = 0; u < nu; u++) {
-            __m256 x[4], d = _mm256_setzero_ps();
-            cvt_unit(T, row + u * UB, x, &d);
-            UNROLL for (int c = 0; c < NV; c++)
-                _mm256_store_ps(o + u * UNIT + 8 * (size_t)c, is_block(T) ? _mm256_mul_ps(d, x[c]) : x[c]);
-        }
-    }
-}
-
-typedef void (*TileConvertFn)(float *scr, size_t ld, const KRows *v, size_t t, size_t nt);
-
-/* acc[g*W + 8*(v0+c)] += sum_i pw[g*lw + i] * scr[i*ld + 8*(v0+c)], c < NA, g < GC: GC * NA register
- * accumulators over the tile (format-independent). */
-INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const float *pw, size_t lw, const float *scr,
-                     size_t ld, size_t nt, size_t v0)
-{
-    __m256 a[8];
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_loadu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c));
-    for (size_t i = 0; i < nt; i++) {
-        const float *x = scr + i * ld + 8 * v0;
-        UNROLL for (int g = 0; g < GC; g++) {
-            __m256 w = _mm256_broadcast_ss(pw + (size_t)g * lw + i);
-            UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_fmadd_ps(w, _mm256_load_ps(x + 8 * c), a[g * NA + c]);
-        }
-    }
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c), a[g * NA + c]);
-}
-
-/* GC >= 2 heads, any format: per tile of up to VT_MAX tokens, convert once into scr (the format's
- * converter), then accumulate column groups in registers; column tails are scalar. */
-INLINE void vacc_group(const int GC, TileConvertFn convert, StoreType T, size_t unit, float *acc, const float *p,
-                       size_t lp, const KRows *v, size_t t0, size_t n)
-{
-    const size_t W = v->W, Wp = W / unit * unit;
-    size_t vt = SCR / (Wp ? Wp : 1);
-    if (vt > VT_MAX) vt = VT_MAX;
-    float scr[SCR] __attribute__((aligned(32)));
-    float buf[8 * VT_MAX];
-    for (size_t i0 = 0; i0 < n; i0 += vt) {
-        size_t nt = n - i0 < vt ? n - i0 : vt, t = t0 + i0, lw;
-        const float *pw = tile_weights(GC, buf, &lw, p, lp, v, t, i0, nt);
-        if (Wp) {
-            convert(scr, Wp, v, t, nt);
-            size_t nvec = Wp / 8, c = 0;
-            for (; c + (size_t)(8 / GC) <= nvec; c += (size_t)(8 / GC)) tile_fma(GC, 8 / GC, acc, W, pw, lw, scr, Wp, nt, c);
-            for (; c < nvec; c++) tile_fma(GC, 1, acc, W, pw, lw, scr, Wp, nt, c);
-        }
-        if (Wp < W)
-            for (size_t i = 0; i < nt; i++) {
-                const uint8_t *row = v->codes + (t + i) * v->row_bytes;
-                for (int g = 0; g < GC; g++) {
-                    float w = pw[(size_t)g * lw + i];
-                    for (size_t j = Wp; j < W; j++) acc[(size_t)g * W + j] += w * tail_elem(T, row, j);
-                }
-            }
-    }
-}
-
-#define DEFINE_VACC_GROUP(GC)                                                                                     \
-    static void vacc_group_##GC(TileConvertFn convert, StoreType T, size_t unit, float *acc, const float *p,      \
-                                size_t lp, const KRows *v, size_t t0, size_t n)                                 \
-    {                                                                                                           \
-        vacc_group(GC, convert, T, unit, acc, p, lp, v, t0, n);                                                 \
-    }
-DEFINE_VACC_GROUP(2)
-DEFINE_VACC_GROUP(4)
-DEFINE_VACC_GROUP(8)
-
-INLINE void vacc_all(const StoreType T, TileConvertFn convert, float *acc, const float *p, size_t lp, size_t G,
-                     const KRows *v, size_t t0, size_t n)
-{
-    const size_t W = v->W;
-    const int NV = nv_of(T), direct = NV <= 2 && ub_of(T) <= unit_of(T);   /* register path: codes of <= 1 byte */
-    /* the GQA tile needs at least 8 rows of the stored width in the scratch; wider rows go head by head */
-    const int tiles = W / unit_of(T) * unit_of(T) * 8 <= SCR;
-    for (size_t g = 0; g < G;) {
-        size_t left = G - g;
-        if (left >= 8 && tiles) {
-            vacc_group_8(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 8;
-        } else if (left >= 4 && direct) {   /* no scratch round trip */
-            vacc_direct(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 4;
-        } else if (left >= 4 && tiles) {
-            vacc_group_4(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 4;
-        } else if (left >= 2 && direct) {
-            vacc_direct(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 2;
-        } else if (left >= 2 && tiles) {
-            vacc_group_2(convert, T, unit_of(T), acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 2;
-        } else {
-            /* one head: accumulators in L1, rows in address order (register accumulators per column group,
-             * vacc_direct with GC = 1, measured 1.1-1.2x faster in cache but 0.9x when streaming from memory) */
-            vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
-            g += 1;
-        }
-    }
-}
 
 /* ---- int4 keys in integer arithmetic ------------------------------------------------------------------------ */
 
@@ -746,8 +446,9 @@ INLINE void i4_scores_gc(const int GC, const int NC, float *s, size_t ls, const 
 
 static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n);
 
-static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
+static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr)
 {
+    (void)scr;
     const size_t W = k->W, nc = W / 64;
     /* W = 64, 128 or 256, and fewer than 4 query heads per KV head (with 4 or more, vpmaddubsw's 3 digits
      * per head cost as much as the float FMAs: measured 63 vs 62 cycles per row at G = 4, 19 vs 29 at G = 1) */
@@ -756,29 +457,31 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
         return;
     }
     I4Query iq[2];
-    for (size_t g = 0; g < G;) {
-        size_t gc = G - g >= 2 ? 2 : 1;
-        for (size_t h = 0; h < gc; h++) i4_prepare(&iq[h], qp + (g + h) * W, W);
-        if (gc == 2) I4_NC(2, nc, s + g * ls, ls, iq, k, t0, n);
-        else I4_NC(1, nc, s + g * ls, ls, iq, k, t0, n);
-        g += gc;
-    }
+    HEAD_GROUPS(G, h, GC <= 2, for (size_t x = 0; x < GC; x++) i4_prepare(&iq[x], qp + (h + x) * W, W);
+                I4_NC(GC, nc, s + h * ls, ls, iq, k, t0, n));
 }
 
-#define DEFINE_FORMAT(NAME, TYPE)                                                                                \
-    static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,       \
-                              size_t n)                                                                         \
-    {                                                                                                           \
-        scores_all(TYPE, s, ls, qp, G, k, t0, n);                                                               \
-    }                                                                                                           \
+/* The value kernel of a format (avx2_common.h's vacc_all with this file's unit) and its tile converter. */
+#define DEFINE_VACC(NAME, TYPE)                                                                                  \
     static void convert_##NAME(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)                      \
     {                                                                                                           \
-        tile_convert(TYPE, scr, ld, v, t, nt);                                                                  \
+        tile_convert(unit_desc(TYPE), scr, ld, v, t, nt);                                                       \
     }                                                                                                           \
-    static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n) \
+    static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, \
+                            float *scr)                                                                         \
     {                                                                                                           \
-        vacc_all(TYPE, convert_##NAME, acc, p, lp, G, v, t0, n);                                                \
+        (void)scr;                                                                                              \
+        vacc_all(unit_desc(TYPE), convert_##NAME, acc, p, lp, G, v, t0, n);                                     \
     }
+/* Both kernels of a format. */
+#define DEFINE_FORMAT(NAME, TYPE)                                                                                \
+    static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,       \
+                              size_t n, float *scr)                                                             \
+    {                                                                                                           \
+        (void)scr;                                                                                              \
+        scores_all(TYPE, s, ls, qp, G, k, t0, n);                                                               \
+    }                                                                                                           \
+    DEFINE_VACC(NAME, TYPE)
 
 DEFINE_FORMAT(f32, STORE_F32)
 DEFINE_FORMAT(f16, STORE_F16)
@@ -811,20 +514,9 @@ static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, co
         scores_all(STORE_INT4, s, ls, qp, G, k, t0, n);
         return;
     }
-    for (size_t g = 0; g < G;) {
-        int gc = G - g >= 4 ? 4 : G - g >= 2 ? 2 : 1;
-        int4_raw_group(gc, s + g * ls, ls, qp + g * W, k, t0, n);
-        g += (size_t)gc;
-    }
+    HEAD_GROUPS(G, h, GC <= 4, int4_raw_group(GC, s + h * ls, ls, qp + h * W, k, t0, n));
 }
-static void convert_int4(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
-{
-    tile_convert(STORE_INT4, scr, ld, v, t, nt);
-}
-static void vacc_int4(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n)
-{
-    vacc_all(STORE_INT4, convert_int4, acc, p, lp, G, v, t0, n);
-}
+DEFINE_VACC(int4, STORE_INT4)
 DEFINE_FORMAT(int2, STORE_INT2)
 DEFINE_FORMAT(q8_0, STORE_Q8_0)
 DEFINE_FORMAT(q4_0, STORE_Q4_0)
@@ -921,14 +613,16 @@ static const KernelSet kernels_avx2 = {
                [STORE_Q4_1] = decode_ggml_scores_q4_1_avx2,
                [STORE_Q5_0] = decode_ggml_scores_q5_0_avx2,
                [STORE_Q5_1] = decode_ggml_scores_q5_1_avx2,
-               [STORE_IQ4_NL] = decode_ggml_scores_iq4_nl_avx2},
+               [STORE_IQ4_NL] = decode_ggml_scores_iq4_nl_avx2,
+               [STORE_INTN] = decode_kivi_scores_avx2},
     .vacc = {[STORE_F32] = vacc_f32, [STORE_F16] = vacc_f16, [STORE_BF16] = vacc_bf16, [STORE_E4M3] = vacc_e4m3,
              [STORE_E5M2] = vacc_e5m2, [STORE_INT8] = vacc_int8, [STORE_INT4] = vacc_int4, [STORE_INT2] = vacc_int2,
              [STORE_Q8_0] = vacc_q8_0, [STORE_Q4_0] = vacc_q4_0,
              [STORE_Q4_1] = decode_ggml_vacc_q4_1_avx2,
              [STORE_Q5_0] = decode_ggml_vacc_q5_0_avx2,
              [STORE_Q5_1] = decode_ggml_vacc_q5_1_avx2,
-             [STORE_IQ4_NL] = decode_ggml_vacc_iq4_nl_avx2},
+             [STORE_IQ4_NL] = decode_ggml_vacc_iq4_nl_avx2,
+             [STORE_INTN] = decode_kivi_vacc_avx2},
     .raw_scale = {[STORE_E4M3] = 256},
     .col_order = col_order_avx2,
     .max = max_avx2,

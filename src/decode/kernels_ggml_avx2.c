@@ -1,7 +1,7 @@
 /* kernels_ggml_avx2: the ggml block kernels (q4_1, q5_0, q5_1, iq4_nl) with AVX2 + FMA + F16C intrinsics
  * (see kernels_ggml.h). This file alone (with kernels_avx2.c and kernels_kivi_avx2.c) is compiled with
  * -mavx2 -mfma -mf16c; decode.c calls it only after cpuid and xgetbv say the CPU and OS have all three. Its
- * scalar twins are in kernels_ggml_ref.c.
+ * scalar twins are kernels_ref.c's; the helpers, the head-group driver and the value side are avx2_common.h's.
  *
  * A block of 32 expands to 4 vectors of 8 floats in natural column order (cvt_block): the 16 code bytes are
  * widened to 32-bit lanes (two vpmovzxbd), the low nibbles give elements 0..15 and the high nibbles 16..31;
@@ -14,38 +14,19 @@
  * one float32 accumulator of 8 lanes per (row, head), the 8 vectors reduced together; rows past the last
  * full group of 8 / GC one by one. Rows are short (W * 5 / 8 to W * 3 / 4 bytes), so the 8 / GC rows of a
  * group lie in a few consecutive cache lines; a software prefetch runs PF_AHEAD bytes ahead.
- * V, one query head: tokens in pairs, the W accumulators in L1 (load, 2 FMAs, store). V, GC = 2, 4, 8 heads
- * (GQA): a tile of up to 32 tokens is converted once to float32 values in a 16 KiB scratch, then column
- * groups are accumulated in GC x (8 / GC) registers (rows wider than 512 columns: head by head).
+ * Values: avx2_common.h's vacc_all with a block as the unit: one query head: tokens in pairs, the W
+ * accumulators in L1 (load, 2 FMAs, store); GC = 2, 4, 8 heads (GQA): a tile of up to 32 tokens is converted
+ * once to float32 values in a 16 KiB scratch, then column groups are accumulated in GC x (8 / GC) registers
+ * (rows wider than 512 columns: head by head).
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels_ggml.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
+#include "decode/avx2_common.h"
 
-#define UNROLL _Pragma("GCC unroll 16")
-#define INLINE static inline __attribute__((always_inline))
-
-enum { PF_AHEAD = 2048 };   /* software prefetch distance in bytes */
-
-INLINE size_t bb_of(StoreType t)   /* bytes of one block */
-{
-    return t == STORE_Q4_1 ? sizeof(StoreBlockQ4_1)
-         : t == STORE_Q5_0 ? sizeof(StoreBlockQ5_0)
-         : t == STORE_Q5_1 ? sizeof(StoreBlockQ5_1)
-                           : sizeof(StoreBlockIQ4_NL);
-}
 /* codes times a block scale (q5_0, iq4_nl), else values (q4_1, q5_1) */
 INLINE int scaled(StoreType t) { return t == STORE_Q5_0 || t == STORE_IQ4_NL; }
-
-INLINE __m128i load8(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *)(const void *)p); }
-INLINE __m256 f16_bcast(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
-}
 
 /* x[0..4) = the block at p in natural order (values, or codes with *d the block scale; see the top). */
 INLINE void cvt_block(const StoreType T, const uint8_t *p, __m256 *x, __m256 *d)
@@ -103,37 +84,13 @@ INLINE void cvt_block(const StoreType T, const uint8_t *p, __m256 *x, __m256 *d)
     }
 }
 
-INLINE float hsum(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-/* out[m] = horizontal sum of acc[m], m < 8. */
-INLINE void reduce8(const __m256 *acc, float *out)
-{
-    __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
-    __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
-    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
-    _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
-}
-
-INLINE void prefetch_range(const uint8_t *p, size_t n)
-{
-#pragma GCC unroll 4
-    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
-}
-
 /* ---- scores ---------------------------------------------------------------------------------------------- */
 
 /* acc[r*GC + g] = 8 partial sums of row r's dot product with head g's query, r < R (rows rb bytes apart). */
 INLINE void dots(const StoreType T, const int GC, const int R, __m256 *acc, const float *qp, size_t W,
                  const uint8_t *base, size_t rb)
 {
-    const size_t nb = W / STORE_QK, BB = bb_of(T);
+    const size_t nb = W / STORE_QK, BB = elem_block_bytes(T);
     UNROLL for (int m = 0; m < R * GC; m++) acc[m] = _mm256_setzero_ps();
     for (size_t u = 0; u < nb; u++) {
         const float *qu = qp + u * STORE_QK;
@@ -179,148 +136,33 @@ INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, cons
     }
 }
 
+/* Heads in groups of 4, 2, 1 (each block converted once per group). */
 INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
                        size_t n)
 {
     const size_t W = k->W;
-    for (size_t g = 0; g < G;) {   /* heads in groups of 4, 2, 1 (each block converted once per group) */
-        size_t left = G - g;
-        if (left >= 4) {
-            scores_gc(T, 4, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 4;
-        } else if (left >= 2) {
-            scores_gc(T, 2, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 2;
-        } else {
-            scores_gc(T, 1, s + g * ls, ls, qp + g * W, k, t0, n);
-            g += 1;
-        }
-    }
+    HEAD_GROUPS(G, h, GC <= 4, scores_gc(T, GC, s + h * ls, ls, qp + h * W, k, t0, n));
 }
 
-/* ---- weighted V sum ----------------------------------------------------------------------------------------- */
-
-enum { SCR = 4096, VT_MAX = 32 };   /* GQA tile scratch: floats (16 KiB, stays in L1); tokens per tile */
-
-/* One query head: tokens in pairs, in address order; the W accumulators stay in L1. */
-INLINE void vacc_one(const StoreType T, float *restrict acc, const float *p, const KRows *v, size_t t0, size_t n)
-{
-    const size_t W = v->W, BB = bb_of(T), rb = v->row_bytes, nb = W / STORE_QK;
-    const uint8_t *row = v->codes + t0 * rb;
-    size_t i = 0;
-    for (; i + 2 <= n; i += 2, row += 2 * rb) {
-        prefetch_range(row + PF_AHEAD, 2 * rb);
-        __m256 w0 = _mm256_broadcast_ss(p + i), w1 = _mm256_broadcast_ss(p + i + 1);
-#pragma GCC unroll 4
-        for (size_t u = 0; u < nb; u++) {
-            __m256 x0[4], x1[4], d0 = _mm256_setzero_ps(), d1 = d0;
-            cvt_block(T, row + u * BB, x0, &d0);
-            cvt_block(T, row + rb + u * BB, x1, &d1);
-            __m256 a0 = scaled(T) ? _mm256_mul_ps(w0, d0) : w0, a1 = scaled(T) ? _mm256_mul_ps(w1, d1) : w1;
-            float *ac = acc + u * STORE_QK;
-            UNROLL for (int c = 0; c < 4; c++)
-                _mm256_storeu_ps(ac + 8 * c,
-                                 _mm256_fmadd_ps(a1, x1[c], _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c))));
-        }
-    }
-    for (; i < n; i++, row += rb) {
-        __m256 w0 = _mm256_broadcast_ss(p + i);
-        for (size_t u = 0; u < nb; u++) {
-            __m256 x0[4], d0 = _mm256_setzero_ps();
-            cvt_block(T, row + u * BB, x0, &d0);
-            __m256 a0 = scaled(T) ? _mm256_mul_ps(w0, d0) : w0;
-            float *ac = acc + u * STORE_QK;
-            UNROLL for (int c = 0; c < 4; c++)
-                _mm256_storeu_ps(ac + 8 * c, _mm256_fmadd_ps(a0, x0[c], _mm256_loadu_ps(ac + 8 * c)));
-        }
-    }
-}
-
-/* GQA: rows t..t+nt converted to float32 values in scr (nt rows of W floats). */
-INLINE void tile_convert(const StoreType T, float *scr, const KRows *v, size_t t, size_t nt)
-{
-    const size_t W = v->W, BB = bb_of(T), rb = v->row_bytes, nb = W / STORE_QK;
-    const uint8_t *row = v->codes + t * rb;
-    for (size_t i = 0; i < nt; i++, row += rb) {
-        prefetch_range(row + PF_AHEAD, rb);
-        float *o = scr + i * W;
-        for (size_t u = 0; u < nb; u++) {
-            __m256 x[4], d = _mm256_setzero_ps();
-            cvt_block(T, row + u * BB, x, &d);
-            UNROLL for (int c = 0; c < 4; c++)
-                _mm256_store_ps(o + u * STORE_QK + 8 * (size_t)c, scaled(T) ? _mm256_mul_ps(d, x[c]) : x[c]);
-        }
-    }
-}
-
-/* acc[g*W + 8*(v0+c)] += sum_i p[g*lp + i] * scr[i*W + 8*(v0+c)], c < NA, g < GC: GC * NA register
- * accumulators over the tile. */
-INLINE void tile_fma(const int GC, const int NA, float *acc, size_t W, const float *p, size_t lp, const float *scr,
-                     size_t nt, size_t v0)
-{
-    __m256 a[8];
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_loadu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c));
-    for (size_t i = 0; i < nt; i++) {
-        const float *x = scr + i * W + 8 * v0;
-        UNROLL for (int g = 0; g < GC; g++) {
-            __m256 w = _mm256_broadcast_ss(p + (size_t)g * lp + i);
-            UNROLL for (int c = 0; c < NA; c++) a[g * NA + c] = _mm256_fmadd_ps(w, _mm256_load_ps(x + 8 * c), a[g * NA + c]);
-        }
-    }
-    UNROLL for (int g = 0; g < GC; g++)
-        UNROLL for (int c = 0; c < NA; c++) _mm256_storeu_ps(acc + (size_t)g * W + 8 * (v0 + (size_t)c), a[g * NA + c]);
-}
-
-/* GC >= 2 heads: per tile of up to VT_MAX tokens, convert once into scr, then accumulate column groups of
- * 8 / GC vectors in registers (W % 32 == 0, so every group is full). */
-INLINE void vacc_group(const StoreType T, const int GC, float *acc, const float *p, size_t lp, const KRows *v,
-                       size_t t0, size_t n)
-{
-    const size_t W = v->W, nvec = W / 8, NA = (size_t)(8 / GC);
-    size_t vt = SCR / W;
-    if (vt > VT_MAX) vt = VT_MAX;
-    float scr[SCR] __attribute__((aligned(32)));
-    for (size_t i0 = 0; i0 < n; i0 += vt) {
-        size_t nt = n - i0 < vt ? n - i0 : vt;
-        tile_convert(T, scr, v, t0 + i0, nt);
-        for (size_t c = 0; c < nvec; c += NA) tile_fma(GC, 8 / GC, acc, W, p + i0, lp, scr, nt, c);
-    }
-}
-
-INLINE void vacc_all(const StoreType T, float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,
-                     size_t n)
-{
-    const size_t W = v->W;
-    const int tiles = W * 8 <= SCR;   /* at least 8 rows of the tile fit the scratch; wider rows go head by head */
-    for (size_t g = 0; g < G;) {
-        size_t left = G - g;
-        if (left >= 8 && tiles) {
-            vacc_group(T, 8, acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 8;
-        } else if (left >= 4 && tiles) {
-            vacc_group(T, 4, acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 4;
-        } else if (left >= 2 && tiles) {
-            vacc_group(T, 2, acc + g * W, p + g * lp, lp, v, t0, n);
-            g += 2;
-        } else {
-            vacc_one(T, acc + g * W, p + g * lp, v, t0, n);
-            g += 1;
-        }
-    }
-}
+/* The value side (avx2_common.h's vacc_all): a block is one unit of 32 values. */
+INLINE Unit block_unit(StoreType t) { return (Unit){t, STORE_QK, elem_block_bytes(t), 4, scaled(t), cvt_block}; }
 
 #define DEFINE_GGML(NAME, TYPE)                                                                                 \
     void decode_ggml_scores_##NAME##_avx2(float *s, size_t ls, const float *qp, size_t G, const KRows *k,      \
-                                          size_t t0, size_t n)                                                  \
+                                          size_t t0, size_t n, float *scr)                                      \
     {                                                                                                           \
+        (void)scr;                                                                                              \
         scores_all(TYPE, s, ls, qp, G, k, t0, n);                                                               \
     }                                                                                                           \
-    void decode_ggml_vacc_##NAME##_avx2(float *acc, const float *p, size_t lp, size_t G, const KRows *v,       \
-                                        size_t t0, size_t n)                                                    \
+    static void convert_##NAME(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)                      \
     {                                                                                                           \
-        vacc_all(TYPE, acc, p, lp, G, v, t0, n);                                                                \
+        tile_convert(block_unit(TYPE), scr, ld, v, t, nt);                                                      \
+    }                                                                                                           \
+    void decode_ggml_vacc_##NAME##_avx2(float *acc, const float *p, size_t lp, size_t G, const KRows *v,       \
+                                        size_t t0, size_t n, float *scr)                                        \
+    {                                                                                                           \
+        (void)scr;                                                                                              \
+        vacc_all(block_unit(TYPE), convert_##NAME, acc, p, lp, G, v, t0, n);                                    \
     }
 
 DEFINE_GGML(q4_1, STORE_Q4_1)

@@ -1,6 +1,8 @@
-/* kernels_kivi_avx2: the grouped intN (KIVI) kernels (see kernels_kivi.h) with AVX2 + FMA + F16C intrinsics. This file alone
- * is compiled with -mavx2 -mfma -mf16c (like kernels_avx2.c); decode.c calls it only after cpuid and xgetbv say
- * the CPU and OS have all three. Its scalar twins are in kernels_kivi_ref.c.
+/* kernels_kivi_avx2: the grouped intN (KIVI) kernels (see kernels_kivi.h), the STORE_INTN slot of the AVX2
+ * KernelSet, with AVX2 + FMA + F16C intrinsics. This file alone (with kernels_avx2.c and kernels_ggml_avx2.c) is
+ * compiled with -mavx2 -mfma -mf16c; decode.c calls it only after cpuid and xgetbv say the CPU and OS have all
+ * three. Its scalar twins are kernels_ref.c's intN part; the helpers and the head-group driver are
+ * avx2_common.h's.
  *
  * Codes are read in units of 8 bytes (pmovzxbd, then masks and shifts: 16 columns of 4 bits, 32 of 2 bits, 8 of
  * 8 bits) in kernel order (U_OF); columns after the last full unit 8 at a time in natural order (a 32- or 16-bit
@@ -24,19 +26,7 @@
 #include "decode/kernels_kivi.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#include <string.h>
-
-#define UNROLL _Pragma("GCC unroll 16")
-#define INLINE static inline __attribute__((always_inline))
-
-enum { PF_AHEAD = 2048 };
-
-INLINE void prefetch_range(const uint8_t *p, size_t n)
-{
-#pragma GCC unroll 4
-    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
-}
+#include "decode/avx2_common.h"
 
 /* The centre of B-bit codes, (2^B - 1) / 2: values are accumulated as s (n - C) + (m + C s), the group's
  * midpoint, so that the two parts do not cancel in the float32 sums over tokens (with n and m, sum_t p_t s n and
@@ -100,58 +90,42 @@ INLINE __m256 cvt8(const int B, const int CEN, const uint8_t *row, size_t j, __m
     return centred(CEN, _mm256_and_si256(x, _mm256_set1_epi32((1 << B) - 1)), cen);
 }
 
-INLINE __m256 h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
-
 /* Parameters (store.h's group order) as floats: FP16 or FP32, the min of a symmetric format -2^(b-1) s. */
-INLINE __m256 par8(const KiviRows *r, const void *base, size_t i)
+INLINE __m256 par8(const KRows *r, const void *base, size_t i)
 {
     return r->f32 ? _mm256_loadu_ps((const float *)base + i) : h8((const uint16_t *)base + i);
 }
-INLINE __m256 scale8(const KiviRows *r, size_t i) { return par8(r, r->scale, i); }
-INLINE __m256 min8(const KiviRows *r, size_t i)
+INLINE __m256 scale8(const KRows *r, size_t i) { return par8(r, r->scale, i); }
+INLINE __m256 min8(const KRows *r, size_t i)
 {
     return r->min ? par8(r, r->min, i) : _mm256_mul_ps(_mm256_set1_ps(-(float)(1 << (r->bits - 1))), scale8(r, i));
 }
-INLINE float scale1(const KiviRows *r, size_t i)
+INLINE float scale1(const KRows *r, size_t i)
 {
     return r->f32 ? ((const float *)r->scale)[i] : _cvtsh_ss(((const uint16_t *)r->scale)[i]);
 }
-INLINE float min1(const KiviRows *r, size_t i)
+INLINE float min1(const KRows *r, size_t i)
 {
     if (!r->min) return -(float)(1 << (r->bits - 1)) * scale1(r, i);
     return r->f32 ? ((const float *)r->min)[i] : _cvtsh_ss(((const uint16_t *)r->min)[i]);
 }
 /* The same with P = 1 known at compile time to mean FP16 scales and mins (KIVI's own form: no branches in the
- * hot loops); P = 0 reads the KiviRows flags. */
+ * hot loops); P = 0 reads the KRows flags. */
 #define SCALE8(P, r, i) ((P) ? h8((const uint16_t *)(r)->scale + (i)) : scale8(r, i))
 #define MIN8(P, r, i) ((P) ? h8((const uint16_t *)(r)->min + (i)) : min8(r, i))
 #define SCALE1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->scale)[i]) : scale1(r, i))
 #define MIN1(P, r, i) ((P) ? _cvtsh_ss(((const uint16_t *)(r)->min)[i]) : min1(r, i))
 /* Bytes of one parameter. */
-INLINE size_t par_bytes(const KiviRows *r) { return r->f32 ? 4 : 2; }
-
-INLINE float hsum(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-/* out[m] = horizontal sum of v[m], m < 8. */
-INLINE void reduce8(const __m256 *v, float *out)
-{
-    __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
-    __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
-    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
-}
+INLINE size_t par_bytes(const KRows *r) { return r->f32 ? 4 : 2; }
 
 /* ---- keys ---------------------------------------------------------------------------------------------------- */
 
 /* Rows per key tile for GC heads: 8 / GC, 4 / GC for 2 bits (its 4 vectors per unit and their 4 query vectors
  * would not fit the 16 registers next to 8 accumulators). */
 #define KR_OF(B, GC) (((B) == 2 ? 4 : 8) / (GC))
+/* The value kernels' head groups: GC, but 2 for a group of 4 with 2 bits (a size HEAD_GROUPS never runs there:
+ * 4 heads x 4 vectors per unit would not fit the 8 accumulators; this keeps it from being compiled at all). */
+#define GC_OF(B, GC) ((B) == 2 && (GC) == 4 ? 2 : (GC))
 
 /* R consecutive rows (R * GC <= 8) for GC heads, rows interleaved unit by unit (each query vector loaded once
  * for the R rows; 8 / (R * GC) independent accumulators per row and head): out[r*GC + h] = q'_h . n_{row r},
@@ -190,7 +164,7 @@ INLINE void key_tile(const int B, const int GC, const int R, float *out, const f
 
 /* Rows i .. i+n (all in one token group) for GC heads: qs (kernel order), c are the group's prepared queries
  * and offsets. */
-INLINE void key_rows(const int B, const int GC, float *s, size_t ls, const float *qs, const float *c, const KiviRows *k,
+INLINE void key_rows(const int B, const int GC, float *s, size_t ls, const float *qs, const float *c, const KRows *k,
                      size_t t0, size_t i, size_t n)
 {
     const int R = KR_OF(B, GC);
@@ -238,7 +212,7 @@ INLINE void to_kernel_order(const int B, float *o, const float *x, size_t W)
     memcpy(o + nfu * U, x + nfu * U, (W - nfu * U) * sizeof *o);
 }
 
-INLINE void kivi_scores_b(const int B, const int P, float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0,
+INLINE void kivi_scores_b(const int B, const int P, float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0,
                           size_t n, float *scr)
 {
     const size_t W = k->W, g = k->g, nu = W / 8;
@@ -268,30 +242,18 @@ INLINE void kivi_scores_b(const int B, const int P, float *s, size_t ls, const f
             c[h] = hsum(_mm256_add_ps(a0, a1));
             to_kernel_order(B, qs + h * W, tmp, W);
         }
-        for (size_t h = 0; h < G;) {   /* heads in groups of 4, 2, 1 */
-            size_t left = G - h;
-            if (left >= 4) {
-                key_rows(B, 4, s + h * ls, ls, qs + h * W, c + h, k, t0, i, end - i);
-                h += 4;
-            } else if (left >= 2) {
-                key_rows(B, 2, s + h * ls, ls, qs + h * W, c + h, k, t0, i, end - i);
-                h += 2;
-            } else {
-                key_rows(B, 1, s + h * ls, ls, qs + h * W, c + h, k, t0, i, end - i);
-                h += 1;
-            }
-        }
+        HEAD_GROUPS(G, h, GC <= 4, key_rows(B, GC, s + h * ls, ls, qs + h * W, c + h, k, t0, i, end - i));
         i = end;
     }
 }
 
-static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n,
                          float *scr);
 
 /* One function per bit width and parameter form (each its own code, not one large function). */
 #define KSCORES(B, P)                                                                                               \
     static __attribute__((noinline)) void kscores_##B##_##P(float *s, size_t ls, const float *q, size_t G,            \
-                                                            const KiviRows *k, size_t t0, size_t n, float *scr)      \
+                                                            const KRows *k, size_t t0, size_t n, float *scr)      \
     {                                                                                                               \
         kivi_scores_b(B, P, s, ls, q, G, k, t0, n, scr);                                                            \
     }
@@ -302,14 +264,14 @@ KSCORES(2, 1)
 KSCORES(4, 1)
 KSCORES(8, 1)
 
-static void kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+void decode_kivi_scores_avx2(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n,
                              float *scr)
 {
     if (k->axis == STORE_AXIS_TOKEN) {
         scores_token(s, ls, q, G, k, t0, n, scr);
         return;
     }
-    static const KiviScoresFn fn[2][3] = {{kscores_2_0, kscores_4_0, kscores_8_0}, {kscores_2_1, kscores_4_1, kscores_8_1}};
+    static const ScoresFn fn[2][3] = {{kscores_2_0, kscores_4_0, kscores_8_0}, {kscores_2_1, kscores_4_1, kscores_8_1}};
     fn[!k->f32 && k->min][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
 }
 
@@ -376,7 +338,7 @@ INLINE void val_tile(const int B, const int GC, const int KO, const int R, float
 /* The weights of rows i .. i+nr (nr <= VR) for GC heads, scalar: wt, wc (see val_tile) and msum[h*per + k] +=
  * sum_r p * (m + C s), the midpoints' share. */
 INLINE void val_weights_scalar(const int B, const int P, const int GC, float *wt, float *wc, float *msum, const float *p, size_t lp,
-                               const KiviRows *v, size_t t, size_t i, size_t nr)
+                               const KRows *v, size_t t, size_t i, size_t nr)
 {
     const size_t per = v->per;
     const float cen = CENTRE(B);
@@ -398,7 +360,7 @@ INLINE void val_weights_scalar(const int B, const int P, const int GC, float *wt
  * contiguous; lane e of a vector is row e / per, group e % per (pidx: e / per, precomputed). msv[h] collects
  * p * mid per lane (folded by group at the end). */
 INLINE void val_weights_vec(const int B, const int P, const int GC, float *wt, float *wc, __m256 *msv, const float *p, size_t lp,
-                            const KiviRows *v, size_t t, size_t i, const int32_t *pidx)
+                            const KRows *v, size_t t, size_t i, const int32_t *pidx)
 {
     const size_t per = v->per, ne = VR * per;
     const __m256 cen = _mm256_set1_ps(CENTRE(B));
@@ -424,7 +386,7 @@ INLINE void val_weights_vec(const int B, const int P, const int GC, float *wt, f
 
 /* GC heads (acc, p at the first of them). Scratch: ak (GC, W) kernel-order accumulators, msum (GC, per), wc
  * (GC, per), wt (GC, VR, per), pidx (8 per). */
-INLINE void val_heads(const int B, const int P, const int GC, const int KO, float *acc, const float *p, size_t lp, const KiviRows *v,
+INLINE void val_heads(const int B, const int P, const int GC, const int KO, float *acc, const float *p, size_t lp, const KRows *v,
                       size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W, g = v->g, per = v->per, rb = v->row_bytes;
@@ -465,31 +427,21 @@ INLINE void val_heads(const int B, const int P, const int GC, const int KO, floa
     }
 }
 
-INLINE void kivi_vacc_b(const int B, const int P, const int KO, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v,
+INLINE void kivi_vacc_b(const int B, const int P, const int KO, float *acc, const float *p, size_t lp, size_t G, const KRows *v,
                         size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W;
-    for (size_t h = 0; h < G;) {   /* heads in groups of 4 (not 2 bits: GC * NV <= 8 accumulators), 2, 1 */
-        size_t left = G - h;
-        if (left >= 4 && B != 2) {
-            val_heads(B, P, B == 2 ? 2 : 4, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 4;
-        } else if (left >= 2) {
-            val_heads(B, P, 2, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 2;
-        } else {
-            val_heads(B, P, 1, KO, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 1;
-        }
-    }
+    /* heads in groups of 4 (not 2 bits: GC * NV <= 8 accumulators), 2, 1 (GC_OF keeps GC = 4 with 2 bits from
+     * being compiled at all) */
+    HEAD_GROUPS(G, h, GC <= 4 && (GC < 4 || B != 2), val_heads(B, P, GC_OF(B, GC), KO, acc + h * W, p + h * lp, lp, v, t0, n, scr));
 }
 
-static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
                          float *scr);
 
 #define KVACC(B, P, KO)                                                                                             \
     static __attribute__((noinline)) void kvacc_##B##_##P##_##KO(float *acc, const float *p, size_t lp, size_t G,     \
-                                                                 const KiviRows *v, size_t t0, size_t n, float *scr) \
+                                                                 const KRows *v, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
         kivi_vacc_b(B, P, KO, acc, p, lp, G, v, t0, n, scr);                                                        \
     }
@@ -504,7 +456,7 @@ KVACC(2, 1, 1)
 KVACC(4, 1, 1)
 KVACC(8, 1, 1)
 
-static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+void decode_kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
                            float *scr)
 {
     if (v->axis == STORE_AXIS_CHANNEL) {
@@ -513,7 +465,7 @@ static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, cons
     }
     /* kernel-order units need every unit inside one group */
     int ko = v->g % U_OF(v->bits) == 0 || v->g == v->W;
-    static const KiviVaccFn fn[2][2][3] = {
+    static const VaccFn fn[2][2][3] = {
         {{kvacc_2_0_0, kvacc_4_0_0, kvacc_8_0_1}, {kvacc_2_0_1, kvacc_4_0_1, kvacc_8_0_1}},
         {{kvacc_2_1_0, kvacc_4_1_0, kvacc_8_1_1}, {kvacc_2_1_1, kvacc_4_1_1, kvacc_8_1_1}}};
     fn[!v->f32 && v->min][ko][v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
@@ -523,13 +475,13 @@ static void kivi_vacc_avx2(float *acc, const float *p, size_t lp, size_t G, cons
 
 /* The centre of the codes: symmetric 2^(B-1) (then the midpoint m + C s is 0: value = s (n - C)), asymmetric
  * (2^B - 1) / 2. */
-INLINE float centre_of(const KiviRows *r)
+INLINE float centre_of(const KRows *r)
 {
     return r->min ? (float)((1 << r->bits) - 1) * 0.5f : (float)(1 << (r->bits - 1));
 }
 
 /* dst[c] = parameter i0 + c, c < cnt: the scale (what 0), the min (1) or the midpoint m + C s (2). */
-static void params_f32(float *dst, const KiviRows *r, size_t i0, size_t cnt, int what)
+static void params_f32(float *dst, const KRows *r, size_t i0, size_t cnt, int what)
 {
     const float cen = centre_of(r);
     size_t c = 0;
@@ -588,7 +540,7 @@ enum { KT_CHUNK = 32 };   /* rows whose parameters keyt_rows converts at a time 
 /* Rows 0 .. n for GC heads: qs the prepared queries (kernel order when KO); sf, mf scratch (KT_CHUNK * per): the
  * scales and mins of a chunk of rows, converted at once. */
 INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t ls, const float *qs, float *sf,
-                      float *mf, const KiviRows *k, size_t t0, size_t n)
+                      float *mf, const KRows *k, size_t t0, size_t n)
 {
     const int R = KR_OF(B, GC);
     const size_t W = k->W, rb = k->row_bytes, per = k->per;
@@ -613,7 +565,7 @@ INLINE void keyt_rows(const int B, const int GC, const int KO, float *s, size_t 
     }
 }
 
-INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const float *q, size_t G, const KiviRows *k,
+INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const float *q, size_t G, const KRows *k,
                            size_t t0, size_t n, float *scr)
 {
     const size_t W = k->W, per = k->per;
@@ -622,25 +574,13 @@ INLINE void scores_token_b(const int B, const int KO, float *s, size_t ls, const
         if (KO) to_kernel_order(B, qs + h * W, q + h * W, W);
         else memcpy(qs + h * W, q + h * W, W * sizeof *qs);
     }
-    for (size_t h = 0; h < G;) {
-        size_t left = G - h;
-        if (left >= 4) {
-            keyt_rows(B, 4, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
-            h += 4;
-        } else if (left >= 2) {
-            keyt_rows(B, 2, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
-            h += 2;
-        } else {
-            keyt_rows(B, 1, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n);
-            h += 1;
-        }
-    }
+    HEAD_GROUPS(G, h, GC <= 4, keyt_rows(B, GC, KO, s + h * ls, ls, qs + h * W, sf, mf, k, t0, n));
 }
 
 /* Values with g tokens per group (axis channel), GC heads: per token group the centred sums y_j = sum_t p_t
  * (n_tj - C) (val_tile with one weight per row) in ak, then ao += s_G y + (m_G + C s_G) sum_t p_t in kernel order;
  * ao is taken back to natural order at the end. Scratch: ao, ak (GC, W), sk, mk, tmp (W), wt (GC, VR), wc, P (GC). */
-INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, size_t lp, const KiviRows *v, size_t t0,
+INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
                        size_t n, float *scr)
 {
     const size_t W = v->W, g = v->g, rb = v->row_bytes;
@@ -695,28 +635,17 @@ INLINE void valc_heads(const int B, const int GC, float *acc, const float *p, si
         for (size_t q = 0; q < W; q++) acc[(size_t)h * W + kpos_col(B, W, q)] += ao[(size_t)h * W + q];
 }
 
-INLINE void vacc_channel_b(const int B, float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0,
+INLINE void vacc_channel_b(const int B, float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,
                            size_t n, float *scr)
 {
     const size_t W = v->W;
-    for (size_t h = 0; h < G;) {   /* as kivi_vacc_b: at most 8 accumulator vectors per unit */
-        size_t left = G - h;
-        if (left >= 4 && B != 2) {
-            valc_heads(B, 4, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 4;
-        } else if (left >= 2) {
-            valc_heads(B, 2, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 2;
-        } else {
-            valc_heads(B, 1, acc + h * W, p + h * lp, lp, v, t0, n, scr);
-            h += 1;
-        }
-    }
+    /* as kivi_vacc_b: at most 8 accumulator vectors per unit */
+    HEAD_GROUPS(G, h, GC <= 4 && (GC < 4 || B != 2), valc_heads(B, GC_OF(B, GC), acc + h * W, p + h * lp, lp, v, t0, n, scr));
 }
 
 #define KSCORES_T(B, KO)                                                                                            \
     static __attribute__((noinline)) void kscores_t_##B##_##KO(float *s, size_t ls, const float *q, size_t G,        \
-                                                               const KiviRows *k, size_t t0, size_t n, float *scr)   \
+                                                               const KRows *k, size_t t0, size_t n, float *scr)   \
     {                                                                                                               \
         scores_token_b(B, KO, s, ls, q, G, k, t0, n, scr);                                                          \
     }
@@ -726,10 +655,10 @@ KSCORES_T(4, 0)
 KSCORES_T(4, 1)
 KSCORES_T(8, 1)
 
-static void scores_token(float *s, size_t ls, const float *q, size_t G, const KiviRows *k, size_t t0, size_t n,
+static void scores_token(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n,
                          float *scr)
 {
-    static const KiviScoresFn fn[2][3] = {{kscores_t_2_0, kscores_t_4_0, kscores_t_8_1},
+    static const ScoresFn fn[2][3] = {{kscores_t_2_0, kscores_t_4_0, kscores_t_8_1},
                                           {kscores_t_2_1, kscores_t_4_1, kscores_t_8_1}};
     int ko = k->g % U_OF(k->bits) == 0 || k->g == k->W;
     fn[ko][k->bits == 2 ? 0 : k->bits == 4 ? 1 : 2](s, ls, q, G, k, t0, n, scr);
@@ -737,7 +666,7 @@ static void scores_token(float *s, size_t ls, const float *q, size_t G, const Ki
 
 #define KVACC_C(B)                                                                                                  \
     static __attribute__((noinline)) void kvacc_c_##B(float *acc, const float *p, size_t lp, size_t G,                \
-                                                      const KiviRows *v, size_t t0, size_t n, float *scr)            \
+                                                      const KRows *v, size_t t0, size_t n, float *scr)            \
     {                                                                                                               \
         vacc_channel_b(B, acc, p, lp, G, v, t0, n, scr);                                                            \
     }
@@ -745,18 +674,14 @@ KVACC_C(2)
 KVACC_C(4)
 KVACC_C(8)
 
-static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KiviRows *v, size_t t0, size_t n,
+static void vacc_channel(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
                          float *scr)
 {
-    static const KiviVaccFn fn[3] = {kvacc_c_2, kvacc_c_4, kvacc_c_8};
+    static const VaccFn fn[3] = {kvacc_c_2, kvacc_c_4, kvacc_c_8};
     fn[v->bits == 2 ? 0 : v->bits == 4 ? 1 : 2](acc, p, lp, G, v, t0, n, scr);
 }
 
-static const KiviKernels kivi_avx2 = {"avx2", kivi_scores_avx2, kivi_vacc_avx2};
-
-const KiviKernels *decode_kivi_avx2(void) { return &kivi_avx2; }
-
 #else
-/* Built without -mavx2 -mfma -mf16c (a non-x86 target): no AVX2 kernels. */
-const KiviKernels *decode_kivi_avx2(void) { return NULL; }
+/* Built without -mavx2 -mfma -mf16c (a non-x86 target): kernels_avx2.c registers none of these. */
+typedef int kernels_kivi_avx2_empty;
 #endif
