@@ -345,7 +345,8 @@ unsigned decoder_tiled(const Decoder *d)
 {
     unsigned t = 0;
     for (size_t s = 0; s < d->ns; s++)
-        t |= (d->seg[s].tile_k ? DECODE_TILED_K : 0u) << (2 * s) | (d->seg[s].tile_v ? DECODE_TILED_V : 0u) << (2 * s);
+        t |= (d->seg[s].k.st && !d->seg[s].k.scores ? DECODE_TILED_K : 0u) << (2 * s) |
+             (d->seg[s].v.st && !d->seg[s].v.vacc ? DECODE_TILED_V : 0u) << (2 * s);   /* no slot: tiles */
     return t;
 }
 
