@@ -89,17 +89,37 @@ static float dot(const float *a, const float *b, size_t D)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* Softmax of row s over its first w entries in place (max subtracted, exp in float, the sum in double). */
+/* o (D) += p * v (D), element by element (the blocks of 8 only help the vectorizer). */
+static void axpy(float *restrict o, float p, const float *restrict v, size_t D)
+{
+    size_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        for (size_t k = 0; k < 8; k++) o[d + k] += p * v[d + k];
+    for (; d < D; d++) o[d] += p * v[d];
+}
+
+/* Softmax of row s over its first w entries in place: exp(s - max) in float, their sum in double (four partial
+ * sums in a fixed order), times its reciprocal in double, rounded to float. */
 static void softmax(float *s, size_t w)
 {
-    float mx = s[0];
-    for (size_t j = 1; j < w; j++) mx = s[j] > mx ? s[j] : mx;
-    double sum = 0;
-    for (size_t j = 0; j < w; j++) {
-        s[j] = expf(s[j] - mx);
-        sum += s[j];
+    float m[4] = {s[0], s[0], s[0], s[0]};
+    size_t j = 0;
+    for (; j + 4 <= w; j += 4)
+        for (size_t k = 0; k < 4; k++) m[k] = s[j + k] > m[k] ? s[j + k] : m[k];
+    for (; j < w; j++) m[0] = s[j] > m[0] ? s[j] : m[0];
+    float mx = m[0] > m[1] ? m[0] : m[1], my = m[2] > m[3] ? m[2] : m[3];
+    mx = mx > my ? mx : my;
+    for (j = 0; j < w; j++) s[j] = expf(s[j] - mx);
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (j = 0; j + 4 <= w; j += 4) {
+        a0 += s[j];
+        a1 += s[j + 1];
+        a2 += s[j + 2];
+        a3 += s[j + 3];
     }
-    for (size_t j = 0; j < w; j++) s[j] = (float)((double)s[j] / sum);
+    for (; j < w; j++) a0 += s[j];
+    double inv = 1.0 / ((a0 + a1) + (a2 + a3));
+    for (j = 0; j < w; j++) s[j] = (float)(s[j] * inv);
 }
 
 /* One query head's attention for the call's n tokens.
@@ -126,10 +146,7 @@ static void attend(float *out, size_t ldo, const float *Q, size_t ldq, const flo
         float *Ot = out + i0 * ldo;
         for (size_t j = 0; j < np; j++) {
             const float *vj = P->V + j * D;
-            for (size_t r = 0; r < ti; r++) {
-                float p = S[r * w + j], *o = Ot + r * ldo;
-                for (size_t d = 0; d < D; d++) o[d] += p * vj[d];
-            }
+            for (size_t r = 0; r < ti; r++) axpy(Ot + r * ldo, S[r * w + j], vj, D);
         }
         mm(st, 0, ti, D, i1, 1.0f, S + np, w, Vb, ldkv, 1.0f, Ot, ldo);
     }
