@@ -15,6 +15,9 @@ Checks (relative error = max |kvc - torch| / max |torch|, limit 1e-4 for logits 
   * the continuation (llama_continue) over the captured cache against torch on the whole sequence, and over
     an evicted (random per-head subsets, one head empty) and perturbed cache against torch attending over the
     same rows;
+  * the model of the training scripts (scripts/llama_torch.py) against the oracle;
+  * the shipped models (models/lm, models/recall, when present) and any model directories named in
+    $KVC_TEST_MODELS (colon-separated), on their own kind of input;
   * bad model directories: exit 2, one "kvc:" line on stderr naming the problem, nothing on stdout.
 Skipped (no lines) when torch is not installed.
 """
@@ -304,6 +307,64 @@ def good_models(tmp):
     compare_run("model-torch-linear-sharded", d, cfg, W, ids[:80], 50, tmp)
 
 
+def load_safetensors(path):
+    """name -> float32 torch tensor, for F32 / F16 / BF16 files (the format's definition, no library)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = data[b:end]
+        if e["dtype"] == "BF16":
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, {"F32": "<f4", "F16": "<f2"}[e["dtype"]]).astype(np.float32)
+        out[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
+    return out
+
+
+def training_model():
+    """scripts/llama_torch.py (the model the training scripts train) computes what the oracle computes."""
+    sys.path.insert(0, "scripts")
+    import llama_torch
+    cfg = dict(BASE, head_dim=24, num_attention_heads=4, num_key_value_heads=2)
+    model = llama_torch.Llama(cfg)
+    W = random_model(cfg, 5)
+    model.load_state_dict(W)
+    ids = [int(i) for i in np.random.default_rng(3).integers(0, 300, size=50)]
+    with torch.no_grad():
+        got = model(torch.tensor([ids]))[0]
+        want = oracle(cfg, W, ids)[0]
+    e = rel(got, want)
+    checks.report("model-torch-training-model", None if e <= 1e-5 else "rel %.3g" % e)
+
+
+def shipped_models(tmp):
+    """The models the project ships (models/*), and any directories named in $KVC_TEST_MODELS (colon-separated):
+    each against the oracle on its own kind of input."""
+    dirs = [os.path.join("models", d) for d in ("lm", "recall") if os.path.isdir(os.path.join("models", d))]
+    dirs += [d for d in os.environ.get("KVC_TEST_MODELS", "").split(":") if d]
+    text = np.frombuffer(open("README.md", "rb").read(), np.uint8)
+    for d in dirs:
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        W = load_safetensors(os.path.join(d, "model.safetensors"))
+        evals = sorted(f for f in os.listdir(os.path.join(d, "eval"))) if os.path.isdir(os.path.join(d, "eval")) \
+            else []
+        if evals:  # a recall model: its first evaluation sequence, the context then the queries
+            seq = np.load(os.path.join(d, "eval", evals[0]))[0]
+            task = json.load(open(os.path.join(d, "task.json")))
+            C = len(seq) - 1 - 2 * task["queries"]
+            ids = [int(t) for t in seq]
+        else:  # a byte-level model: the first bytes of README.md
+            C = min(256, cfg["max_position_embeddings"] - 64)
+            ids = [int(t) % cfg["vocab_size"] for t in text[:C + 64]]
+        compare_run("model-torch-shipped-" + os.path.basename(os.path.normpath(d)), d, cfg, W, ids, C, tmp)
+
+
 def bad_models(tmp):
     W = random_model(BASE, 4)
     cases = []
@@ -378,6 +439,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvc-model-torch-")
     try:
         good_models(tmp)
+        training_model()
+        shipped_models(tmp)
         bad_models(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
