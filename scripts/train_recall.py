@@ -88,8 +88,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps-a", type=int, default=1500)
-    ap.add_argument("--batch-a", type=int, default=32)
-    ap.add_argument("--steps-b", type=int, default=300)
+    ap.add_argument("--batch-a", type=int, default=16)
+    ap.add_argument("--steps-b", type=int, default=150)
     ap.add_argument("--batch-b", type=int, default=4)
     ap.add_argument("--max-pos", type=int, default=2560)
     ap.add_argument("--queries", type=int, default=32, help="M")
@@ -165,7 +165,7 @@ def main():
             log("step %d/%d phase %s context %d lr %.2e loss %.4f accuracy %.3f (mean of the last 25: %.3f)" %
                 (step, total, "A" if step < a.steps_a else "B", x.shape[1], lr, loss.item(), acc,
                  float(np.mean(run_acc[-25:]))))
-        if (step + 1) % 250 == 0:
+        if (step + 1) % 500 == 0:
             log("step %d: evaluation accuracy %s" % (step + 1, ", ".join(
                 "C=%d %.3f" % (C, evaluate(model, *evals[C])) for C in contexts)))
 

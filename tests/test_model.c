@@ -425,7 +425,8 @@ static int mode_bench(const char *dir, size_t C, size_t N)
     LlamaCapture cap = {K, Vv, NULL, 0};
     LlamaStats st = {0};
     if (llama_prefill(&m, tok, C, &cap, lg, 0, &st) < 0) return fail_exit();
-    printf("prefill %zu tokens: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP in %.3f s = %.1f GFLOP/s (%.0f%% of the time)\n",
+    printf("prefill %zu tokens: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP in %.3f s = %.1f GFLOP/s (%.0f%% of the "
+           "time)\n",
            C, st.seconds, (double)C / st.seconds, st.sgemm_flops * 1e-9, st.sgemm_seconds,
            st.sgemm_flops * 1e-9 / st.sgemm_seconds, 100 * st.sgemm_seconds / st.seconds);
     if (N) {

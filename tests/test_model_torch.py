@@ -300,6 +300,17 @@ def good_models(tmp):
     e = rel(got, want)
     checks.report("model-torch-llama3-inv-freq", None if e <= 1e-6 else "rel %.3g" % e)
 
+    # transformers 5 keeps theta and the scaling in "rope_parameters"
+    cfg5 = {k: v for k, v in BASE.items() if k not in ("rope_theta", "rope_scaling")}
+    cfg5["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 50000.0}
+    d = os.path.join(tmp, "rope-parameters")
+    write_model(d, cfg5, random_model(BASE, 6))
+    r = run_helper(["--load", d])
+    got = [float(line.split()[2]) for line in r.stdout.splitlines() if line.startswith("inv_freq")]
+    want = inv_freq(dict(BASE, rope_theta=50000.0, rope_scaling={"type": "linear", "factor": 2.0})).numpy()
+    e = rel(got, want)
+    checks.report("model-torch-rope-parameters", None if e <= 1e-6 else "rel %.3g (%s)" % (e, r.stderr.strip()))
+
     cfg = dict(BASE, rope_scaling={"type": "linear", "factor": 4.0}, num_hidden_layers=3)
     d = os.path.join(tmp, "linear-sharded")
     W = random_model(cfg, 3)
@@ -405,6 +416,8 @@ def bad_models(tmp):
                                       "original_max_position_embeddings": 64}))
     case("odd-head-dim", "head_dim must be even", cfg=dict(BASE, head_dim=47))
     case("bias", '"attention_bias": true is not supported', cfg=dict(BASE, attention_bias=True))
+    case("interleaved", '"rope_interleaved": true is not supported', cfg=dict(BASE, rope_interleaved=True))
+    case("activation", '"hidden_act" must be "silu" (got "gelu")', cfg=dict(BASE, hidden_act="gelu"))
     case("missing-required", '"intermediate_size" is missing',
          cfg={k: v for k, v in BASE.items() if k != "intermediate_size"})
     case("negative-size", '"num_hidden_layers" must be an integer in 1..2147483647 (got -2)',

@@ -14,8 +14,8 @@
  * rms_norm_eps (default 1e-6), rope_theta (default 10000), tie_word_embeddings (default false); rope_scaling
  * null, or {"rope_type" (or "type"): "default" | "linear" (factor) | "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings)}; transformers 5's "rope_parameters" object is read the
- * same way (its rope_theta too). Any other rope type, hidden_act other than "silu", attention_bias or mlp_bias
- * true are refused by name. Integers are 1..2^31-1, D even, Hkv dividing Hq; every size product (weights,
+ * same way (its rope_theta too). Any other rope type, hidden_act other than "silu", attention_bias, mlp_bias or
+ * rope_interleaved true are refused by name. Integers are 1..2^31-1, D even, Hkv dividing Hq; every size product (weights,
  * activations) is overflow-checked before anything is allocated.
  * Weights: DIR/model.safetensors, else DIR/model.safetensors.index.json ("weight_map": tensor name -> shard
  * file in DIR). Tensors, by HF name: model.embed_tokens.weight (V, E); per layer N,

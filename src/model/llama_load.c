@@ -157,8 +157,14 @@ static int read_rope(LlamaConfig *c, const cJSON *root, const char *path)
     const cJSON *rs = params ? params : item(root, "rope_scaling");
     const char *where = params ? "rope_parameters." : "rope_scaling.";
     char got[200];
-    if (get_pos(params ? params : root, path, params ? where : "", "rope_theta", 10000.0, 0, &c->rope_theta) < 0)
+    int in_params = params && item(params, "rope_theta");
+    if (get_pos(in_params ? params : root, path, in_params ? where : "", "rope_theta", 10000.0, 0, &c->rope_theta) < 0)
         return -1;
+    int interleaved;
+    if (get_bool(root, path, "rope_interleaved", 0, &interleaved) < 0) return -1;
+    if (interleaved)
+        return kvc_fail("%s: \"rope_interleaved\": true is not supported: kvc runs HF's half-split RoPE (got true)",
+                        path);
     c->rope_type = LLAMA_ROPE_DEFAULT;
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) {
