@@ -351,66 +351,84 @@ static int mode_load(const char *dir)
     return 0;
 }
 
+/* The continuation's context rows: the captured cache, or (MASK, K, V given) the rows kept by MASK. */
+static int supplied_rows(LlamaRows *rows, float **bufs, size_t **pos, char **argv, const LlamaConfig *c, size_t C)
+{
+    size_t LH = c->layers * c->kv_heads, D = c->head_dim;
+    float *mask = NULL, *Ks = NULL, *Vs = NULL;
+    int rc = -1;
+    if (read_f32(&mask, argv[6], LH * C) < 0 || read_f32(&Ks, argv[7], LH * C * D) < 0 ||
+        read_f32(&Vs, argv[8], LH * C * D) < 0)
+        goto done;
+    bufs[0] = xmalloc(LH * C * D * 4), bufs[1] = xmalloc(LH * C * D * 4), *pos = xmalloc(LH * C * sizeof **pos);
+    for (size_t lh = 0; lh < LH; lh++) {
+        size_t n = 0;
+        for (size_t i = 0; i < C; i++)
+            if (mask[lh * C + i] != 0) {
+                memcpy(bufs[0] + (lh * C + n) * D, Ks + (lh * C + i) * D, D * 4);
+                memcpy(bufs[1] + (lh * C + n) * D, Vs + (lh * C + i) * D, D * 4);
+                (*pos)[lh * C + n++] = i;
+            }
+        rows[lh] = (LlamaRows){n, bufs[0] + lh * C * D, bufs[1] + lh * C * D, *pos + lh * C};
+    }
+    rc = 0;
+done:
+    free(mask), free(Ks), free(Vs);
+    return rc;
+}
+
 static int mode_run(int argc, char **argv)
 {
     const char *dir = argv[2], *out = argv[5];
     LlamaModel m;
-    Tensor tt;
-    if (llama_load(&m, dir) < 0 || npy_read(&tt, argv[3]) < 0) return fail_exit();
+    Tensor tt = {0};
+    int32_t *tok = NULL;
+    float *K = NULL, *Vv = NULL, *Q = NULL, *lg = NULL, *cl = NULL, *cK = NULL, *cV = NULL, *cQ = NULL;
+    float *bufs[2] = {NULL, NULL};
+    size_t *pos = NULL;
+    LlamaRows *rows = NULL;
+    int rc = 2;
+    if (llama_load(&m, dir) < 0) return fail_exit();
+    if (npy_read(&tt, argv[3]) < 0) goto fail;
     const LlamaConfig *c = &m.cfg;
     size_t T = tensor_count(&tt), C = (size_t)strtoul(argv[4], NULL, 10), N = T - C;
     size_t L = c->layers, Hq = c->heads, Hkv = c->kv_heads, D = c->head_dim, V = c->vocab;
     if (C == 0 || C > T) {
-        fprintf(stderr, "kvc: --run: C must be 1..%zu (got %s)\n", T, argv[4]);
-        return 2;
+        kvc_fail("--run: C must be 1..%zu (got %s)", T, argv[4]);
+        goto fail;
     }
-    int32_t *tok = xmalloc(T * sizeof *tok);
+    tok = xmalloc(T * sizeof *tok);
     for (size_t i = 0; i < T; i++) tok[i] = (int32_t)tt.data[i];
-    tensor_free(&tt);
-    float *K = xmalloc(L * Hkv * C * D * 4), *Vv = xmalloc(L * Hkv * C * D * 4), *Q = xmalloc(L * Hq * C * D * 4);
-    float *lg = xmalloc(C * V * 4);
+    K = xmalloc(L * Hkv * C * D * 4), Vv = xmalloc(L * Hkv * C * D * 4), Q = xmalloc(L * Hq * C * D * 4);
+    lg = xmalloc(C * V * 4);
     LlamaCapture cap = {K, Vv, Q, 0};
-    if (llama_prefill(&m, tok, C, &cap, lg, 1, NULL) < 0) return fail_exit();
     size_t skv[4] = {L, Hkv, C, D}, sq[4] = {L, Hq, C, D}, sl[2] = {C, V};
-    if (write_f32(out, "logits.npy", lg, sl, 2) < 0 || write_f32(out, "K.npy", K, skv, 4) < 0 ||
-        write_f32(out, "V.npy", Vv, skv, 4) < 0 || write_f32(out, "Q.npy", Q, sq, 4) < 0)
-        return fail_exit();
+    if (llama_prefill(&m, tok, C, &cap, lg, 1, NULL) < 0 || write_f32(out, "logits.npy", lg, sl, 2) < 0 ||
+        write_f32(out, "K.npy", K, skv, 4) < 0 || write_f32(out, "V.npy", Vv, skv, 4) < 0 ||
+        write_f32(out, "Q.npy", Q, sq, 4) < 0)
+        goto fail;
     if (N > 0) {
-        LlamaRows *rows = xmalloc(L * Hkv * sizeof *rows);
-        float *mask = NULL, *Ks = NULL, *Vs = NULL, *Kr = NULL, *Vr = NULL;
-        size_t *pos = NULL;
+        rows = xmalloc(L * Hkv * sizeof *rows);
         llama_cache_full(rows, c, K, Vv, C);
-        if (argc > 8) { /* supplied rows: kept where mask != 0, values from K.npy / V.npy */
-            if (read_f32(&mask, argv[6], L * Hkv * C) < 0 || read_f32(&Ks, argv[7], L * Hkv * C * D) < 0 ||
-                read_f32(&Vs, argv[8], L * Hkv * C * D) < 0)
-                return fail_exit();
-            Kr = xmalloc(L * Hkv * C * D * 4), Vr = xmalloc(L * Hkv * C * D * 4), pos = xmalloc(L * Hkv * C * 8);
-            for (size_t lh = 0; lh < L * Hkv; lh++) {
-                size_t n = 0;
-                for (size_t i = 0; i < C; i++)
-                    if (mask[lh * C + i] != 0) {
-                        memcpy(Kr + (lh * C + n) * D, Ks + (lh * C + i) * D, D * 4);
-                        memcpy(Vr + (lh * C + n) * D, Vs + (lh * C + i) * D, D * 4);
-                        pos[lh * C + n++] = i;
-                    }
-                rows[lh] = (LlamaRows){n, Kr + lh * C * D, Vr + lh * C * D, pos + lh * C};
-            }
-        }
+        if (argc > 8 && supplied_rows(rows, bufs, &pos, argv, c, C) < 0) goto fail;
         LlamaCache cache = {C, rows};
-        float *cl = xmalloc(N * V * 4), *cK = xmalloc(L * Hkv * N * D * 4), *cV = xmalloc(L * Hkv * N * D * 4);
-        float *cQ = xmalloc(L * Hq * N * D * 4);
+        cl = xmalloc(N * V * 4), cK = xmalloc(L * Hkv * N * D * 4), cV = xmalloc(L * Hkv * N * D * 4);
+        cQ = xmalloc(L * Hq * N * D * 4);
         LlamaCapture ccap = {cK, cV, cQ, 0};
         size_t ckv[4] = {L, Hkv, N, D}, cq[4] = {L, Hq, N, D}, cls[2] = {N, V};
         if (llama_continue(&m, &cache, tok + C, N, cl, &ccap, NULL) < 0 ||
             write_f32(out, "cont_logits.npy", cl, cls, 2) < 0 || write_f32(out, "cont_K.npy", cK, ckv, 4) < 0 ||
             write_f32(out, "cont_V.npy", cV, ckv, 4) < 0 || write_f32(out, "cont_Q.npy", cQ, cq, 4) < 0)
-            return fail_exit();
-        free(rows), free(mask), free(Ks), free(Vs), free(Kr), free(Vr), free(pos), free(cl), free(cK), free(cV);
-        free(cQ);
+            goto fail;
     }
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+    free(rows), free(bufs[0]), free(bufs[1]), free(pos), free(cl), free(cK), free(cV), free(cQ);
     free(tok), free(K), free(Vv), free(Q), free(lg);
+    tensor_free(&tt);
     llama_free(&m);
-    return 0;
+    return rc;
 }
 
 static int mode_bench(const char *dir, size_t C, size_t N)
@@ -422,27 +440,27 @@ static int mode_bench(const char *dir, size_t C, size_t N)
     int32_t *tok = xmalloc((C + N) * sizeof *tok);
     for (size_t i = 0; i < C + N; i++) tok[i] = (int32_t)((i * 2654435761u) % c->vocab);
     float *K = xmalloc(L * Hkv * C * D * 4), *Vv = xmalloc(L * Hkv * C * D * 4), *lg = xmalloc(c->vocab * 4);
+    float *cl = xmalloc(N * c->vocab * 4);
+    LlamaRows *rows = xmalloc(L * Hkv * sizeof *rows);
     LlamaCapture cap = {K, Vv, NULL, 0};
-    LlamaStats st = {0};
-    if (llama_prefill(&m, tok, C, &cap, lg, 0, &st) < 0) return fail_exit();
-    printf("prefill %zu tokens: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP in %.3f s = %.1f GFLOP/s (%.0f%% of the "
-           "time)\n",
-           C, st.seconds, (double)C / st.seconds, st.sgemm_flops * 1e-9, st.sgemm_seconds,
-           st.sgemm_flops * 1e-9 / st.sgemm_seconds, 100 * st.sgemm_seconds / st.seconds);
-    if (N) {
-        LlamaRows *rows = xmalloc(L * Hkv * sizeof *rows);
+    LlamaStats st = {0}, cs = {0};
+    int rc = llama_prefill(&m, tok, C, &cap, lg, 0, &st);
+    if (rc == 0)
+        printf("prefill %zu tokens: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP in %.3f s = %.1f GFLOP/s (%.0f%% of "
+               "the time)\n", C, st.seconds, (double)C / st.seconds, st.sgemm_flops * 1e-9, st.sgemm_seconds,
+               st.sgemm_flops * 1e-9 / st.sgemm_seconds, 100 * st.sgemm_seconds / st.seconds);
+    if (rc == 0 && N) {
         llama_cache_full(rows, c, K, Vv, C);
         LlamaCache cache = {C, rows};
-        float *cl = xmalloc(N * c->vocab * 4);
-        LlamaStats cs = {0};
-        if (llama_continue(&m, &cache, tok + C, N, cl, NULL, &cs) < 0) return fail_exit();
-        printf("continue %zu tokens over %zu: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP/s\n", N, C, cs.seconds,
-               (double)N / cs.seconds, cs.sgemm_flops * 1e-9 / cs.sgemm_seconds);
-        free(rows), free(cl);
+        rc = llama_continue(&m, &cache, tok + C, N, cl, NULL, &cs);
+        if (rc == 0)
+            printf("continue %zu tokens over %zu: %.3f s, %.0f tokens/s, sgemm %.2f GFLOP/s\n", N, C, cs.seconds,
+                   (double)N / cs.seconds, cs.sgemm_flops * 1e-9 / cs.sgemm_seconds);
     }
-    free(tok), free(K), free(Vv), free(lg);
+    if (rc) fprintf(stderr, "kvc: %s\n", kvc_errmsg());
+    free(tok), free(K), free(Vv), free(lg), free(cl), free(rows);
     llama_free(&m);
-    return 0;
+    return rc ? 2 : 0;
 }
 
 int main(int argc, char **argv)
