@@ -16,9 +16,10 @@ The task (token ids; vocab 256, the ids above 207 are filler, nothing is a byte)
 
 Model: hidden 128, 2 layers, 4 query heads / 2 KV heads (head_dim 32), intermediate 256, RoPE theta 10000,
 max_position_embeddings 2560, untied head. Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices),
-warm-up then cosine; phase A: contexts of 64..512 tokens, P = 8..32 pairs; phase B: contexts of 256..(2560 - 1
-- 2M) tokens with P = 64 (M = 32 queries in both), so that every distance up to 2560 is trained. torch limited
-to --threads cores; the loop stops early, and says so, past --time-limit minutes.
+warm-up then cosine; phase A (dense, short): P = 16..64 pairs in a context of 2P..6P tokens, every pair
+queried; phase B: contexts of 256..(2560 - 1 - 2M) tokens with P = 64 and M = 32 queries, so that every
+distance up to 2560 is trained. torch limited to --threads cores; the loop stops early, and says so, past
+--time-limit minutes.
 
 Output (HF layout): OUT/config.json, OUT/model.safetensors (F16 unless --dtype F32), OUT/train.log, OUT/README.md,
 and the evaluation sets OUT/eval/C{512,1024,2048}.tokens.npy: int32 (16, C + 1 + 2M) sequences whose first C
@@ -145,10 +146,10 @@ def main():
             stopped = step
             log("time limit of %.1f minutes reached: stopping after %d of %d steps" % (a.time_limit, step, total))
             break
-        if step < a.steps_a:
-            C = int(rng.integers(64, 513)) // 2 * 2
-            Pa = int(rng.integers(8, 33))
-            x, ans = batch(rng, a.batch_a, max(C, 2 * Pa), Pa, min(M, Pa))
+        if step < a.steps_a:  # dense: every pair queried, 2..6 context tokens per pair
+            Pa = int(rng.integers(16, P + 1))
+            C = int(Pa * rng.uniform(2.0, 6.0)) // 2 * 2
+            x, ans = batch(rng, a.batch_a, C, Pa, Pa)
         else:
             C = int(rng.integers(256, cmax + 1)) // 2 * 2
             x, ans = batch(rng, a.batch_b, C, P, M)

@@ -15,8 +15,9 @@
  * null, or {"rope_type" (or "type"): "default" | "linear" (factor) | "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings)}; transformers 5's "rope_parameters" object is read the
  * same way (its rope_theta too). Any other rope type, hidden_act other than "silu", attention_bias, mlp_bias or
- * rope_interleaved true are refused by name. Integers are 1..2^31-1, D even, Hkv dividing Hq; every size product (weights,
- * activations) is overflow-checked before anything is allocated.
+ * rope_interleaved true are refused by name. Integers are 1..2^31-1 (Hq*D too: BLAS takes int), D even, Hkv
+ * dividing Hq; the weights' sizes are overflow-checked before anything is allocated (activations, at most
+ * 2^31 rows of at most 2^31 floats, fit a 64-bit size_t).
  * Weights: DIR/model.safetensors, else DIR/model.safetensors.index.json ("weight_map": tensor name -> shard
  * file in DIR). Tensors, by HF name: model.embed_tokens.weight (V, E); per layer N,
  * model.layers.N.input_layernorm.weight (E), self_attn.q_proj.weight (Hq*D, E), k_proj / v_proj (Hkv*D, E),
