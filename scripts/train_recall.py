@@ -16,10 +16,13 @@ The task (token ids; vocab 256, the ids above 207 are filler, nothing is a byte)
 
 Model: hidden 128, 2 layers, 4 query heads / 2 KV heads (head_dim 32), intermediate 256, RoPE theta 10000,
 max_position_embeddings 2560, untied head. Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices),
-warm-up then cosine; phase A (dense, short): P = 16..64 pairs in a context of 2P..6P tokens, every pair
-queried; phase B: contexts of 256..(2560 - 1 - 2M) tokens with P = 64 and M = 32 queries, so that every
-distance up to 2560 is trained. torch limited to --threads cores; the loop stops early, and says so, past
---time-limit minutes.
+warm-up then cosine. Phase A, short and dense: its first --dense-steps steps on warm-up sequences (256 tokens
+of "k v" pairs over 8..32 keys, each key keeping its value, filler before a pair with a probability of 0..0.5;
+every value of a key seen before is an answer: the induction pattern recall needs, with many answers per
+sequence), then alternately warm-up and short recall sequences (P = 16..64 pairs in a context of 2P..6P tokens,
+every pair queried). Phase B: recall sequences with contexts of 256..(2560 - 1 - 2M) tokens, P = 64, M = 32,
+so that every distance up to 2560 is trained. torch limited to --threads cores; the loop stops early, and says
+so, past --time-limit minutes.
 
 Output (HF layout): OUT/config.json, OUT/model.safetensors (F16 unless --dtype F32), OUT/train.log, OUT/README.md,
 and the evaluation sets OUT/eval/C{512,1024,2048}.tokens.npy: int32 (16, C + 1 + 2M) sequences whose first C
@@ -58,18 +61,48 @@ def sequence(rng, C, P, M):
     return np.concatenate([ctx, tail]).astype(np.int64), answers
 
 
+def dense_sequence(rng, T, K, filler):
+    """A warm-up sequence of T tokens: "k v" pairs of K keys (each key keeps its value), drawn with replacement,
+    a filler token before a pair with probability `filler`. Answers: the values of keys seen before."""
+    keys = rng.choice(np.arange(KEYS[0], KEYS[1]), size=K, replace=False)
+    vals = rng.integers(VALUES[0], VALUES[1], size=K)
+    out, answers, seen = [], [], set()
+    while len(out) < T:
+        if rng.random() < filler:
+            out.append(int(rng.integers(FILLER[0], FILLER[1])))
+            continue
+        i = int(rng.integers(K))
+        out += [int(keys[i]), int(vals[i])]
+        if i in seen and len(out) - 1 < T:
+            answers.append(len(out) - 1)
+        seen.add(i)
+    return np.array(out[:T], dtype=np.int64), np.array(answers, dtype=np.int64)
+
+
 def batch(rng, B, C, P, M):
     seqs, ans = zip(*(sequence(rng, C, P, M) for _ in range(B)))
-    return torch.from_numpy(np.stack(seqs)), torch.from_numpy(np.stack(ans))
+    return torch.from_numpy(np.stack(seqs)), torch.from_numpy(answer_mask(ans, len(seqs[0])))
 
 
-def answer_loss(model, x, ans, checkpointing=False):
-    """Cross-entropy of the answers and their accuracy; x (B, T), ans (B, M) indices into x."""
+def dense_batch(rng, B, T, K, filler):
+    seqs, ans = zip(*(dense_sequence(rng, T, K, filler) for _ in range(B)))
+    return torch.from_numpy(np.stack(seqs)), torch.from_numpy(answer_mask(ans, T))
+
+
+def answer_mask(answers, T):
+    m = np.zeros((len(answers), T), dtype=bool)
+    for b, a in enumerate(answers):
+        m[b, a] = True
+    return m
+
+
+def answer_loss(model, x, mask, checkpointing=False):
+    """Cross-entropy of the answers and their accuracy; x (B, T), mask (B, T): x[b, p] is an answer, predicted
+    by the logits at p - 1."""
     logits = model(x[:, :-1], checkpointing=checkpointing)
-    rows = torch.arange(x.shape[0])[:, None]
-    lg = logits[rows, ans - 1]           # (B, M, V): the logits at each key predict its value
-    target = x[rows, ans]
-    loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), target.reshape(-1))
+    sel = mask[:, 1:]
+    lg, target = logits[sel], x[:, 1:][sel]
+    loss = F.cross_entropy(lg, target)
     acc = (lg.argmax(-1) == target).float().mean().item()
     return loss, acc
 
@@ -77,8 +110,8 @@ def answer_loss(model, x, ans, checkpointing=False):
 @torch.no_grad()
 def evaluate(model, seqs, answers):
     model.eval()
-    x, ans = torch.from_numpy(seqs.astype(np.int64)), torch.from_numpy(answers)
-    accs = [answer_loss(model, x[i:i + 4], ans[i:i + 4])[1] * len(x[i:i + 4]) for i in range(0, len(x), 4)]
+    x, mask = torch.from_numpy(seqs.astype(np.int64)), torch.from_numpy(answer_mask(answers, seqs.shape[1]))
+    accs = [answer_loss(model, x[i:i + 4], mask[i:i + 4])[1] * len(x[i:i + 4]) for i in range(0, len(x), 4)]
     model.train()
     return sum(accs) / len(x)
 
@@ -92,6 +125,7 @@ def main():
     ap.add_argument("--batch-a", type=int, default=16)
     ap.add_argument("--steps-b", type=int, default=150)
     ap.add_argument("--batch-b", type=int, default=4)
+    ap.add_argument("--dense-steps", type=int, default=750, help="first steps of phase A: repeated-key sequences only")
     ap.add_argument("--max-pos", type=int, default=2560)
     ap.add_argument("--queries", type=int, default=32, help="M")
     ap.add_argument("--pairs", type=int, default=64, help="P in phase B and in the evaluation sets")
@@ -108,7 +142,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="a tiny configuration that runs in seconds (for tests)")
     a = ap.parse_args()
     if a.smoke:
-        a.steps_a, a.batch_a, a.steps_b, a.batch_b, a.max_pos = 4, 4, 2, 2, 320
+        a.steps_a, a.batch_a, a.steps_b, a.batch_b, a.max_pos, a.dense_steps = 4, 4, 2, 2, 320, 2
         a.queries, a.pairs, a.hidden, a.inter, a.eval_contexts, a.eval_size = 8, 16, 64, 96, "128,256", 4
     M, P = a.queries, a.pairs
     contexts = [int(c) for c in a.eval_contexts.split(",")]
@@ -146,13 +180,18 @@ def main():
             stopped = step
             log("time limit of %.1f minutes reached: stopping after %d of %d steps" % (a.time_limit, step, total))
             break
-        if step < a.steps_a:  # dense: every pair queried, 2..6 context tokens per pair
+        if step < a.steps_a and (step < a.dense_steps or step % 2 == 0):  # repeated keys, every repeat an answer
+            x, ans = dense_batch(rng, a.batch_a, 256, int(rng.integers(8, 33)), float(rng.uniform(0.0, 0.5)))
+            kind = "A-dense"
+        elif step < a.steps_a:  # short recall: every pair queried, 2..6 context tokens per pair
             Pa = int(rng.integers(16, P + 1))
             C = int(Pa * rng.uniform(2.0, 6.0)) // 2 * 2
             x, ans = batch(rng, a.batch_a, C, Pa, Pa)
+            kind = "A-recall"
         else:
             C = int(rng.integers(256, cmax + 1)) // 2 * 2
             x, ans = batch(rng, a.batch_b, C, P, M)
+            kind = "B"
         lr = lt.lr_at(step, total, a.lr, warmup)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -164,7 +203,7 @@ def main():
         run_acc.append(acc)
         if step % 25 == 0 or step == total - 1:
             log("step %d/%d phase %s context %d lr %.2e loss %.4f accuracy %.3f (mean of the last 25: %.3f)" %
-                (step, total, "A" if step < a.steps_a else "B", x.shape[1], lr, loss.item(), acc,
+                (step, total, kind, x.shape[1], lr, loss.item(), acc,
                  float(np.mean(run_acc[-25:]))))
         if (step + 1) % 500 == 0:
             log("step %d: evaluation accuracy %s" % (step + 1, ", ".join(
