@@ -12,6 +12,7 @@ Checks (relative error = max |kvc - torch| / max |torch|, limit 1e-4 for logits 
   * odd sizes: GQA 3:1, head_dim 48 (with hidden_size != heads * head_dim), untied head, vocab 300, 2 layers;
     in F32, F16 and BF16 (the oracle runs on the same rounded weights);
   * no head_dim key (hidden / heads), tied head, llama3 rope scaling; linear rope scaling; a sharded index;
+    theta and scaling in transformers 5's "rope_parameters";
   * the continuation (llama_continue) over the captured cache against torch on the whole sequence, and over
     an evicted (random per-head subsets, one head empty) and perturbed cache against torch attending over the
     same rows;
