@@ -5,24 +5,26 @@ the end. Its use in kvc: how much retrieval accuracy a compressed cache keeps, a
 
   scripts/train_recall.py [--out models/recall] [--seed 1] [--threads 2] [--smoke] [options below]
 
-The task (token ids; vocab 256, the ids above 207 are filler, nothing is a byte):
-  keys 16..143 (128), values 144..207 (64), filler 208..255 (48), query marker 1.
-  A sequence: a context of C tokens, then the query region [1, k_1, v_1, ..., k_M, v_M].
-  Context: P key-value pairs "k v" (P distinct keys, values drawn independently) at random non-overlapping,
-  even-aligned places, every other token a filler drawn uniformly. Queries: M of the P keys, distinct, in
-  random order, each followed by its value. The model must predict v_j from k_j: accuracy is the fraction of
-  the M answers whose most likely next token (the logits at k_j) is v_j. The loss is on the answers only.
-  Drawn with numpy's PCG64 (the training stream seeded by --seed, each evaluation set by its own seed).
+The task (token ids, vocab 2210; nothing is a byte):
+  1 the query marker; 2..65 the 64 query keys q(k); 66..97 the 32 answer values a(v); 98..161 the 64 fillers;
+  162 + 32k + v (162..2209) the pair token "key k has value v".
+  A sequence: a context of C tokens, then the query region [1, q(k_1), a(v_1), ..., q(k_M), a(v_M)].
+  Context: P pair tokens with distinct keys (values drawn independently) at random distinct places, every other
+  token a filler drawn uniformly. Queries: M of the P keys, distinct, in random order, each followed by its
+  value. The model must predict a(v_j) from q(k_j): accuracy is the fraction of the M answers whose most likely
+  next token (the logits at q(k_j)) is a(v_j). The loss is on the answers only. Drawn with numpy's PCG64 (the
+  training stream seeded by --seed, each evaluation set by its own seed).
+  Each pair is ONE context token, so that its key and value live in one cache row per layer and head: the
+  answer needs that row (a content match of the query against it), and nothing else in the context helps.
+  (With "k v" as two tokens a small model first has to grow a previous-token head; on 2 cores that plateau
+  outlasted the budget.) The embedding table starts factorized (pair(k, v) = e_k + e_v, see factorized_init).
 
 Model: hidden 128, 2 layers, 4 query heads / 2 KV heads (head_dim 32), intermediate 256, RoPE theta 10000,
 max_position_embeddings 2560, untied head. Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices),
-warm-up then cosine. Phase A, short and dense: its first --dense-steps steps on warm-up sequences (256 tokens
-of "k v" pairs over 8..32 keys, each key keeping its value, filler before a pair with a probability of 0..0.5;
-every value of a key seen before is an answer: the induction pattern recall needs, with many answers per
-sequence), then alternately warm-up and short recall sequences (P = 16..64 pairs in a context of 2P..6P tokens,
-every pair queried). Phase B: recall sequences with contexts of 256..(2560 - 1 - 2M) tokens, P = 64, M = 32,
-so that every distance up to 2560 is trained. torch limited to --threads cores; the loop stops early, and says
-so, past --time-limit minutes.
+warm-up then cosine. Phase A (short, a curriculum): at the fraction f of its steps, P = 2..(3 + 61f) pairs
+in a context of P..(1 + 7f)P tokens, every pair queried, 16 sequences a step. Phase B (long): contexts of 256..(2560 - 1 - 2M) tokens with P = 64 and M = 32, 4 sequences
+a step, so that every distance up to 2560 is trained. torch limited to --threads cores; the loop stops early,
+and says so, past --time-limit minutes.
 
 Output (HF layout): OUT/config.json, OUT/model.safetensors (F16 unless --dtype F32), OUT/train.log, OUT/README.md,
 and the evaluation sets OUT/eval/C{512,1024,2048}.tokens.npy: int32 (16, C + 1 + 2M) sequences whose first C
@@ -40,53 +42,47 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_torch as lt  # noqa: E402
 
-KEYS = (16, 144)     # [lo, hi)
-VALUES = (144, 208)
-FILLER = (208, 256)
 MARK = 1
+QKEYS = 2          # q(k) = 2 + k, k in 0..NKEYS-1
+AVALS = 66         # a(v) = 66 + v, v in 0..NVALS-1
+FILLER = (98, 162)
+PAIRS = 162        # pair(k, v) = 162 + NVALS * k + v
+NKEYS, NVALS = 64, 32
+VOCAB = PAIRS + NKEYS * NVALS
 
 
 def sequence(rng, C, P, M):
     """One task sequence (C + 1 + 2M token ids, int64) and the indices of its M answers."""
     ctx = rng.integers(FILLER[0], FILLER[1], size=C)
-    keys = rng.choice(np.arange(KEYS[0], KEYS[1]), size=P, replace=False)
-    vals = rng.integers(VALUES[0], VALUES[1], size=P)
-    slots = rng.choice(C // 2, size=P, replace=False)
-    ctx[2 * slots], ctx[2 * slots + 1] = keys, vals
+    keys = rng.choice(NKEYS, size=P, replace=False)
+    vals = rng.integers(0, NVALS, size=P)
+    ctx[rng.choice(C, size=P, replace=False)] = PAIRS + NVALS * keys + vals
     q = rng.choice(P, size=M, replace=False)
     tail = np.empty(1 + 2 * M, dtype=np.int64)
     tail[0] = MARK
-    tail[1::2], tail[2::2] = keys[q], vals[q]
+    tail[1::2], tail[2::2] = QKEYS + keys[q], AVALS + vals[q]
     answers = C + 2 + 2 * np.arange(M)
     return np.concatenate([ctx, tail]).astype(np.int64), answers
 
 
-def dense_sequence(rng, T, K, filler):
-    """A warm-up sequence of T tokens: "k v" pairs of K keys (each key keeps its value), drawn with replacement,
-    a filler token before a pair with probability `filler`. Answers: the values of keys seen before."""
-    keys = rng.choice(np.arange(KEYS[0], KEYS[1]), size=K, replace=False)
-    vals = rng.integers(VALUES[0], VALUES[1], size=K)
-    out, answers, seen = [], [], set()
-    while len(out) < T:
-        if rng.random() < filler:
-            out.append(int(rng.integers(FILLER[0], FILLER[1])))
-            continue
-        i = int(rng.integers(K))
-        out += [int(keys[i]), int(vals[i])]
-        if i in seen and len(out) - 1 < T:
-            answers.append(len(out) - 1)
-        seen.add(i)
-    return np.array(out[:T], dtype=np.int64), np.array(answers, dtype=np.int64)
+@torch.no_grad()
+def factorized_init(model):
+    """Starts the embedding table factorized: one random vector per key (e_k) and per value (e_v), N(0, 0.02^2)
+    each; q(k) = e_k, a(v) = e_v, pair(k, v) = e_k + e_v, and the head's row of a(v) = e_v. Only the start:
+    every weight trains freely (and the model stays a plain Llama); it lets all the pair tokens of a key or a
+    value teach one vector instead of 2048 separate ones."""
+    E, H = model.model.embed_tokens.weight, model.lm_head.weight
+    ek = torch.randn(NKEYS, E.shape[1]) * 0.02
+    ev = torch.randn(NVALS, E.shape[1]) * 0.02
+    E[QKEYS:QKEYS + NKEYS] = ek
+    E[AVALS:AVALS + NVALS] = ev
+    E[PAIRS:PAIRS + NKEYS * NVALS] = (ek[:, None, :] + ev[None, :, :]).reshape(-1, E.shape[1])
+    H[AVALS:AVALS + NVALS] = ev
 
 
 def batch(rng, B, C, P, M):
     seqs, ans = zip(*(sequence(rng, C, P, M) for _ in range(B)))
     return torch.from_numpy(np.stack(seqs)), torch.from_numpy(answer_mask(ans, len(seqs[0])))
-
-
-def dense_batch(rng, B, T, K, filler):
-    seqs, ans = zip(*(dense_sequence(rng, T, K, filler) for _ in range(B)))
-    return torch.from_numpy(np.stack(seqs)), torch.from_numpy(answer_mask(ans, T))
 
 
 def answer_mask(answers, T):
@@ -121,11 +117,10 @@ def main():
     ap.add_argument("--out", default="models/recall")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps-a", type=int, default=1500)
+    ap.add_argument("--steps-a", type=int, default=1000)
     ap.add_argument("--batch-a", type=int, default=16)
     ap.add_argument("--steps-b", type=int, default=150)
     ap.add_argument("--batch-b", type=int, default=4)
-    ap.add_argument("--dense-steps", type=int, default=750, help="first steps of phase A: repeated-key sequences only")
     ap.add_argument("--max-pos", type=int, default=2560)
     ap.add_argument("--queries", type=int, default=32, help="M")
     ap.add_argument("--pairs", type=int, default=64, help="P in phase B and in the evaluation sets")
@@ -142,20 +137,21 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="a tiny configuration that runs in seconds (for tests)")
     a = ap.parse_args()
     if a.smoke:
-        a.steps_a, a.batch_a, a.steps_b, a.batch_b, a.max_pos, a.dense_steps = 4, 4, 2, 2, 320, 2
+        a.steps_a, a.batch_a, a.steps_b, a.batch_b, a.max_pos = 4, 4, 2, 2, 320
         a.queries, a.pairs, a.hidden, a.inter, a.eval_contexts, a.eval_size = 8, 16, 64, 96, "128,256", 4
     M, P = a.queries, a.pairs
     contexts = [int(c) for c in a.eval_contexts.split(",")]
-    if P > min(KEYS[1] - KEYS[0], min(contexts) // 2) or M > P or max(contexts) + 1 + 2 * M > a.max_pos:
-        sys.exit("train_recall.py: need queries <= pairs <= 128 and pairs <= C/2, C + 1 + 2*queries <= max-pos "
+    if P > min(NKEYS, min(contexts) // 2) or M > P or max(contexts) + 1 + 2 * M > a.max_pos:
+        sys.exit("train_recall.py: need queries <= pairs <= 64 and pairs <= C/2, C + 1 + 2*queries <= max-pos "
                  "(got queries %d, pairs %d, contexts %s, max-pos %d)" % (M, P, contexts, a.max_pos))
 
     lt.setup_cpu(a.threads, a.seed)
     log = lt.Log(os.path.join(a.out, "train.log"))
     log("command: %s" % lt.command_line())
     log("torch %s, %d threads, seed %d" % (torch.__version__, torch.get_num_threads(), a.seed))
-    cfg = lt.hf_config(256, a.hidden, a.layers, a.heads, a.kv_heads, a.inter, a.max_pos)
+    cfg = lt.hf_config(VOCAB, a.hidden, a.layers, a.heads, a.kv_heads, a.inter, a.max_pos)
     model = lt.Llama(cfg)
+    factorized_init(model)
     n_params = sum(p.numel() for p in model.parameters())
     log("model: hidden %d, %d layers, %d/%d heads, head_dim %d, intermediate %d, max_position_embeddings %d, "
         "%d parameters" % (a.hidden, a.layers, a.heads, a.kv_heads, a.hidden // a.heads, a.inter, a.max_pos,
@@ -180,16 +176,14 @@ def main():
             stopped = step
             log("time limit of %.1f minutes reached: stopping after %d of %d steps" % (a.time_limit, step, total))
             break
-        if step < a.steps_a and (step < a.dense_steps or step % 2 == 0):  # repeated keys, every repeat an answer
-            x, ans = dense_batch(rng, a.batch_a, 256, int(rng.integers(8, 33)), float(rng.uniform(0.0, 0.5)))
-            kind = "A-dense"
-        elif step < a.steps_a:  # short recall: every pair queried, 2..6 context tokens per pair
-            Pa = int(rng.integers(16, P + 1))
-            C = int(Pa * rng.uniform(2.0, 6.0)) // 2 * 2
+        if step < a.steps_a:  # curriculum: from a few pairs and no filler to P pairs in 8P tokens
+            f = step / a.steps_a
+            Pa = int(rng.integers(2, 4 + int((P - 3) * f)))
+            C = max(Pa, int(Pa * rng.uniform(1.0, 1.0 + 7.0 * f)))
             x, ans = batch(rng, a.batch_a, C, Pa, Pa)
-            kind = "A-recall"
+            kind = "A"
         else:
-            C = int(rng.integers(256, cmax + 1)) // 2 * 2
+            C = int(rng.integers(256, cmax + 1))
             x, ans = batch(rng, a.batch_b, C, P, M)
             kind = "B"
         lr = lt.lr_at(step, total, a.lr, warmup)
@@ -216,8 +210,10 @@ def main():
         np.save(os.path.join(a.out, "eval", "C%d.tokens.npy" % C), evals[C][0])
         accs[C] = evaluate(model, *evals[C])
     task = {
-        "task": "multi-query associative recall", "vocab": {"keys": list(KEYS), "values": list(VALUES),
-                                                            "filler": list(FILLER), "query_marker": MARK},
+        "task": "multi-query associative recall", "vocab_size": VOCAB,
+        "vocab": {"query_marker": MARK, "query_key": "%d + k" % QKEYS, "answer_value": "%d + v" % AVALS,
+                  "filler": list(FILLER), "pair": "%d + %d * k + v" % (PAIRS, NVALS), "keys": NKEYS,
+                  "values": NVALS},
         "pairs": P, "queries": M, "eval_sets": {str(C): "eval/C%d.tokens.npy" % C for C in contexts},
         "layout": "tokens[:C] is the context; the continuation tokens[C:] is [query_marker, k_1, v_1, ..., k_M, "
                   "v_M]; answer j (0-based) is continuation token 2j+2, predicted by the logits after "
