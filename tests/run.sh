@@ -28,6 +28,7 @@ test_expid.c
 test_fuzz_regress.c
 test_methods.c
 test_metrics.c
+test_model.c
 test_quant.c
 test_rng.c
 test_store.c
@@ -58,6 +59,8 @@ test_generators.py
 test_ggml.py
 test_lesson.py
 test_lowrank_qr.py
+test_model_run.py
+test_model_torch.py
 test_oracle_lesson.py
 test_peers.py
 test_plot_style.py
