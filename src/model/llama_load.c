@@ -148,7 +148,8 @@ static int check_arch(const cJSON *root, const char *path)
         !strcmp(arch->child->valuestring, "LlamaForCausalLM"))
         return 0;
     describe(got, sizeof got, arch);
-    return kvc_fail("%s: \"architectures\": %s is not supported (expected [\"LlamaForCausalLM\"])", path, got);
+    return kvc_fail("%s: \"architectures\": %s is not supported: kvc runs [\"LlamaForCausalLM\"] (got %s)", path, got,
+                    got);
 }
 
 static int read_rope(LlamaConfig *c, const cJSON *root, const char *path)
@@ -193,8 +194,8 @@ static int read_rope(LlamaConfig *c, const cJSON *root, const char *path)
         return 0;
     }
     describe(got, sizeof got, type);
-    return kvc_fail("%s: rope scaling type %s is not supported (expected \"default\", \"linear\" or \"llama3\")", path,
-                    got);
+    return kvc_fail("%s: rope scaling type %s is not supported: kvc knows \"default\", \"linear\" and \"llama3\" "
+                    "(got %s)", path, got, got);
 }
 
 static int parse_config(LlamaConfig *c, const cJSON *root, const char *path)
