@@ -10,7 +10,8 @@ A small random Llama model (tests/test_model_torch.py writes it in Hugging Face'
   those over the uncompressed cache: KL(ref || method), NLL of x[C+1..C+N], top-1 agreement.
 Checks:
   * lm_kl, lm_nll, lm_nll_delta, lm_top1 of `none`, `quantize bits=4` and `window budget=...` match torch
-    (KL within 2% relative + 1e-6, NLL within 1e-4, top-1 exactly), for data.text and for data.token_ids;
+    (KL within 2% relative + 1e-6, NLL within 1e-4, top-1 exactly), for data.text and for data.token_ids (one
+    sequence of three), there with recall_acc over data.answers (exactly; empty without answers);
   * the identity (method none): lm_kl "0", lm_nll_delta "0", lm_top1 "1" exactly;
   * kvc synth -o DIR writes the captured K, V, queries and observation queries (checked against torch), and a
     run of the written files.json gives the same attention columns with empty lm_* columns;
@@ -39,7 +40,7 @@ import oracle as orc
 import test_model_torch as tm
 
 KVC = os.environ.get("KVC", "./kvc")
-LM = ["lm_kl", "lm_nll", "lm_nll_delta", "lm_top1"]
+LM = ["lm_kl", "lm_nll", "lm_nll_delta", "lm_top1", "recall_acc"]
 C, N, WIN, BUDGET = 40, 12, 8, 20
 
 
@@ -57,8 +58,9 @@ def run_csv(path, *extra):
     return list(csv.DictReader(io.StringIO(r.stdout)))
 
 
-def protocol(cfg, W, ids, method):
-    """lm_kl, lm_nll, lm_nll_delta, lm_top1 of one method, computed from the definition in torch/numpy."""
+def protocol(cfg, W, ids, method, answers=None):
+    """lm_kl, lm_nll, lm_nll_delta, lm_top1 (and recall_acc for the continuation offsets `answers`) of one method,
+    computed from the definition in torch/numpy."""
     L, Hkv, D = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     with torch.no_grad():
         _, K, V, _ = tm.oracle(cfg, W, ids[:C])
@@ -83,33 +85,39 @@ def protocol(cfg, W, ids, method):
     nll = -got[np.arange(N), targets].mean()
     ref_nll = -ref[np.arange(N), targets].mean()
     top1 = (got.argmax(-1) == ref.argmax(-1)).mean()
-    return {"lm_kl": kl, "lm_nll": nll, "lm_nll_delta": nll - ref_nll, "lm_top1": top1}
+    out = {"lm_kl": kl, "lm_nll": nll, "lm_nll_delta": nll - ref_nll, "lm_top1": top1}
+    if answers:
+        out["recall_acc"] = np.mean([got[j - 1].argmax() == ids[C + j] for j in answers])
+    return out
 
 
 EXPS = [{"method": "none"}, {"method": "quantize", "bits": 4}, {"method": "window", "budget": BUDGET}]
 
 
-def compare(name, tmp, cfg, W, ids, data):
+def compare(name, tmp, cfg, W, ids, data, answers=None):
     path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
         json.dump({"data": data, "experiments": EXPS}, f)
     rows = run_csv(path)
     for row in rows:
         m = row["method"]
-        want = protocol(cfg, W, ids, m)
-        got = {k: float(row[k]) for k in LM}
-        bad = []
+        want = protocol(cfg, W, ids, m, answers)
+        got = {k: float(row[k]) for k in LM if row[k] != ""}
+        bad = [] if set(got) == set(want) else ["the non-empty columns"]
         if abs(got["lm_kl"] - want["lm_kl"]) > 0.02 * want["lm_kl"] + 1e-6:
             bad.append("lm_kl")
         for k in ("lm_nll", "lm_nll_delta"):
             if abs(got[k] - want[k]) > 1e-4:
                 bad.append(k)
-        if got["lm_top1"] != want["lm_top1"]:
-            bad.append("lm_top1")
+        for k in ("lm_top1", "recall_acc"):
+            if got.get(k) != want.get(k):
+                bad.append(k)
         checks.report("model-run-%s-%s" % (name, m),
                       "%s differ: kvc %s, torch %s" % (bad, got, want) if bad else None)
         if m == "none":
             exact = row["lm_kl"] == "0" and row["lm_nll_delta"] == "0" and row["lm_top1"] == "1"
+            if row["recall_acc"] != ("0.5" if answers else ""):
+                exact = False
             checks.report("model-run-%s-identity-exact" % name, None if exact else
                           "want lm_kl 0, lm_nll_delta 0, lm_top1 1 (got %s)" % {k: row[k] for k in LM})
     return path, rows
@@ -150,14 +158,24 @@ def main():
             checks.report("model-run-synth-files", None if len(frows) == len(rows) and all(same) else
                           "the files config differs: %s vs %s" % (rows, frows))
 
-        # token ids (.npy int64) with a vocabulary that is not byte-level
+        # token ids (.npy int64, 3 sequences, the second one used) with a vocabulary that is not byte-level, and
+        # recall_acc over every other continuation token (the retrieval model's convention)
         cfg = model_cfg(300)
         W = tm.random_model(cfg, 6)
         tm.write_model(os.path.join(tmp, "ids"), cfg, W)
-        ids = [int(i) for i in rng.integers(0, 300, size=C + N + 5)]
-        np.save(os.path.join(tmp, "ids.npy"), np.array(ids, dtype=np.int64))
-        compare("ids", tmp, cfg, W, ids, {"source": "model", "model": "ids", "token_ids": "ids.npy",
-                                         "context": C, "continuation": N})
+        seqs = rng.integers(0, 300, size=(3, C + N + 5))
+        ids = [int(i) for i in seqs[1]]
+        for j in (2, 6, 10):   # these answers are what the model predicts over the full cache: recall 1/2 for none
+            with torch.no_grad():
+                _, K, V, _ = tm.oracle(cfg, W, ids[:C])
+                full = [[(K[l, h], V[l, h]) for h in range(2)] for l in range(2)]
+                logits, _, _, _ = tm.oracle(cfg, W, ids[C:C + j], pos0=C, ctx=full)
+            ids[C + j] = int(logits[j - 1].argmax())
+        seqs[1] = ids
+        np.save(os.path.join(tmp, "ids.npy"), seqs.astype(np.int64))
+        compare("ids", tmp, cfg, W, ids, {"source": "model", "model": "ids", "token_ids": "ids.npy", "sequence": 1,
+                                         "context": C, "continuation": N, "answers": {"start": 2, "step": 2}},
+                answers=list(range(2, N + 1, 2)))
 
         # synthetic data: the lm columns exist and are empty
         syn = os.path.join(tmp, "syn.json")

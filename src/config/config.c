@@ -132,6 +132,7 @@ void config_free(Config *cfg)
     free(cfg->file_outliers);
     free(cfg->model.dir);
     free(cfg->model.input);
+    free(cfg->model.answers);
     for (size_t i = 0; i < cfg->n_exps; i++) {
         free(cfg->exps[i].label);
         free(cfg->exps[i].steps);

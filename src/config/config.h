@@ -85,6 +85,10 @@ typedef struct ModelSpec {
     char *input;                  /* data.text or data.token_ids, resolved */
     int text;                     /* 1: data.text, a byte-level model reads the file's bytes as token ids */
     size_t context, continuation; /* C tokens prefilled and compressed, N tokens decoded after them */
+    size_t sequence;              /* data.sequence: the row of a (B, n) token_ids file (0 otherwise) */
+    size_t *answers;              /* data.answers: continuation offsets j (1..N, increasing) whose token x[C+j] is
+                                     an answer (recall_acc), or NULL */
+    size_t n_answers;
     size_t vocab;                 /* the model's vocab_size */
 } ModelSpec;
 

@@ -42,10 +42,44 @@ static int req_string(const JsonCtx *c, const cJSON *data, const char *key, cons
     return 0;
 }
 
+/* data.answers: [j, ...] continuation offsets (1..N, strictly increasing), or {"start": a, "step": s}: a, a + s,
+ * ... up to N */
+static int parse_answers(const JsonCtx *c, ModelSpec *ms, const cJSON *node)
+{
+    size_t N = ms->continuation;
+    if (cJSON_IsObject(node)) {
+        static const char *const keys[] = {"start", "step", NULL};
+        long a, s;
+        if (json_check_keys(c, node, "data.answers", keys)) return -1;
+        if (json_req_int(c, node, "data.answers", "start", 1, (long)N, &a)) return -1;
+        if (json_req_int(c, node, "data.answers", "step", 1, (long)N, &s)) return -1;
+        ms->n_answers = (N - (size_t)a) / (size_t)s + 1;
+        ms->answers = xmalloc(ms->n_answers * sizeof *ms->answers);
+        for (size_t i = 0; i < ms->n_answers; i++) ms->answers[i] = (size_t)a + i * (size_t)s;
+        return 0;
+    }
+    if (!cJSON_IsArray(node) || cJSON_GetArraySize(node) == 0)
+        return json_bad(c, "data.answers", node, "must be a non-empty list of continuation offsets (1..%zu: x[context "
+                        "+ j] is an answer) or {\"start\": j, \"step\": s}", N);
+    ms->n_answers = (size_t)cJSON_GetArraySize(node);
+    ms->answers = xmalloc(ms->n_answers * sizeof *ms->answers);
+    size_t i = 0;
+    for (const cJSON *it = node->child; it; it = it->next, i++) {
+        char p[48];
+        long j;
+        snprintf(p, sizeof p, "data.answers.%zu", i);
+        if (json_int(c, it, p, 1, (long)N, &j)) return -1;
+        if (i > 0 && (size_t)j <= ms->answers[i - 1])
+            return json_bad(c, p, it, "offsets must be strictly increasing (the one before is %zu)", ms->answers[i - 1]);
+        ms->answers[i] = (size_t)j;
+    }
+    return 0;
+}
+
 int model_cfg_parse(const JsonCtx *c, Config *cfg, const cJSON *data)
 {
     static const char *const keys[] = {"source", "model", "text", "token_ids", "context", "continuation", "observe",
-                                       NULL};
+                                       "sequence", "answers", NULL};
     if (json_check_keys(c, data, "data", keys)) return -1;
     ModelSpec *ms = &cfg->model;
     const char *dir, *input;
@@ -91,14 +125,26 @@ int model_cfg_parse(const JsonCtx *c, Config *cfg, const cJSON *data)
         x > CONFIG_MAX_NUMBERS)
         return json_bad(c, "data.continuation", json_member(data, "continuation"), "layers x q_heads x continuation "
                         "x max(context, head_dim) must be at most %lu numbers", CONFIG_MAX_NUMBERS);
-    size_t have;
-    if (tokens_info(&have, ms->input, ms->text ? TOKENS_TEXT : TOKENS_NPY)) return wrap(c, text ? "data.text" : "data.token_ids");
+    size_t have, rows;
+    if (tokens_info(&rows, &have, ms->input, ms->text ? TOKENS_TEXT : TOKENS_NPY))
+        return wrap(c, text ? "data.text" : "data.token_ids");
+    const cJSON *seq = json_member(data, "sequence");
+    if (rows > 1 && !seq)
+        return json_bad(c, "data.sequence", NULL, "missing: data.token_ids holds %zu sequences; say which one "
+                        "(0..%zu)", rows, rows - 1);
+    if (seq) {
+        long sq;
+        if (json_int(c, seq, "data.sequence", 0, (long)rows - 1, &sq)) return -1;
+        ms->sequence = (size_t)sq;
+    }
     if (have < (size_t)C + (size_t)N + 1)
         return json_bad(c, text ? "data.text" : "data.token_ids", text ? text : ids, "holds %zu tokens, fewer than "
                         "context + continuation + 1 = %ld (the last continuation token's next token is its target)",
                         have, C + N + 1);
     ms->context = (size_t)C;
     ms->continuation = (size_t)N;
+    const cJSON *ans = json_member(data, "answers");
+    if (ans && parse_answers(c, ms, ans)) return -1;
     cfg->layers = lc.layers;
     cfg->kv_heads = lc.kv_heads;
     cfg->q_heads = lc.heads;

@@ -15,6 +15,7 @@ void model_source_free(ModelSource *ms)
     free(ms->tokens);
     free(ms->ref_logp);
     free(ms->ref_top1);
+    free(ms->answers);
     memset(ms, 0, sizeof *ms);
 }
 
@@ -52,7 +53,12 @@ int model_source_make(Data *d, const Config *cfg)
     ms->N = N;
     ms->V = V;
     ms->tokens = xmalloc((C + N + 1) * sizeof *ms->tokens);
-    if (tokens_read(ms->tokens, C + N + 1, spec->input, spec->text ? TOKENS_TEXT : TOKENS_NPY, V)) goto fail;
+    if (spec->n_answers) {
+        ms->n_answers = spec->n_answers;
+        ms->answers = xmalloc(ms->n_answers * sizeof *ms->answers);
+        memcpy(ms->answers, spec->answers, ms->n_answers * sizeof *ms->answers);
+    }
+    if (tokens_read(ms->tokens, C + N + 1, spec->sequence, spec->input, spec->text ? TOKENS_TEXT : TOKENS_NPY, V)) goto fail;
 
     size_t kv = L * H * C * D;
     float *Kf = xmalloc(kv * sizeof *Kf), *Vf = xmalloc(kv * sizeof *Vf);
@@ -111,7 +117,7 @@ fail:
     return -1;
 }
 
-int model_source_score(double out[4], const ModelSource *ms, const LlamaRows *rows)
+int model_source_score(double out[5], const ModelSource *ms, const LlamaRows *rows)
 {
     size_t N = ms->N, V = ms->V, C = ms->C;
     float *logits = xmalloc(N * V * sizeof *logits);
@@ -120,7 +126,8 @@ int model_source_score(double out[4], const ModelSource *ms, const LlamaRows *ro
         free(logits);
         return -1;
     }
-    double *lp = xmalloc(V * sizeof *lp), kl = 0, nll = 0, top1 = 0;
+    double *lp = xmalloc(V * sizeof *lp), kl = 0, nll = 0, top1 = 0, hits = 0;
+    size_t a = 0;   /* the next answer: x[C + answers[a]] is predicted by distribution answers[a] - 1 */
     for (size_t j = 0; j < N; j++) {
         const double *ref = ms->ref_logp + j * V;
         llama_log_softmax(lp, logits + j * V, V);
@@ -128,7 +135,12 @@ int model_source_score(double out[4], const ModelSource *ms, const LlamaRows *ro
         for (size_t v = 0; v < V; v++) k += exp(ref[v]) * (ref[v] - lp[v]);
         kl += k > 0 ? k : 0.0;
         nll += -lp[ms->tokens[C + j + 1]];
-        top1 += argmax(lp, V) == ms->ref_top1[j];
+        size_t best = argmax(lp, V);
+        top1 += best == ms->ref_top1[j];
+        if (a < ms->n_answers && ms->answers[a] == j + 1) {
+            hits += best == (size_t)ms->tokens[C + j + 1];
+            a++;
+        }
     }
     free(lp);
     free(logits);
@@ -136,6 +148,7 @@ int model_source_score(double out[4], const ModelSource *ms, const LlamaRows *ro
     out[1] = nll / (double)N;
     out[2] = out[1] - ms->ref_nll;
     out[3] = top1 / (double)N;
+    out[4] = ms->n_answers ? hits / (double)ms->n_answers : 0.0;
     return 0;
 }
 

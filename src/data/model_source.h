@@ -15,7 +15,9 @@
  *   KL_j   = sum_v p_ref(v) (log p_ref(v) - log p(v))   (>= 0; rounding below 0 is clamped to 0)
  *   NLL_j  = -log p(x[C+j+1])
  *   top1_j = 1 if argmax p == argmax p_ref (the first index on ties)
- * lm_kl, lm_nll and lm_top1 are their means over j; lm_nll_delta = lm_nll - the reference's mean NLL. The same
+ * lm_kl, lm_nll and lm_top1 are their means over j; lm_nll_delta = lm_nll - the reference's mean NLL.
+ * recall_acc (only with data.answers): the fraction of the answers x[C+a] (a in answers) that are the argmax of
+ * the distribution that predicts them (the one after x[C+a-1]), against the text itself, not the reference. The same
  * rows as the reference's (an identity method) give the same bits: lm_kl 0, lm_nll_delta 0, lm_top1 1 exactly.
  *
  * Failure: -1 with kvc_fail: the model's own messages (llama.h: files, architecture, tensors, non-finite
@@ -35,6 +37,8 @@ typedef struct ModelSource {
     double *ref_logp;    /* (N, V) reference next-token log-probabilities */
     size_t *ref_top1;    /* (N) their argmax */
     double ref_nll;      /* mean reference NLL of the targets x[C+1..C+N] */
+    size_t *answers;     /* (n_answers) continuation offsets j of the answers x[C+j] (data.answers), or NULL */
+    size_t n_answers;
     LlamaStats stats;    /* the prefill and the reference decode */
 } ModelSource;
 
@@ -45,8 +49,9 @@ int model_source_make(Data *d, const Config *cfg);
 void model_source_free(ModelSource *ms);
 
 /* The model-level metrics of one compressed cache: rows[l * Hkv + h] (see llama.h, LlamaRows). out: lm_kl,
- * lm_nll, lm_nll_delta, lm_top1. 0, or -1 with kvc_fail set (llama_continue's checks). */
-int model_source_score(double out[4], const ModelSource *ms, const LlamaRows *rows);
+ * lm_nll, lm_nll_delta, lm_top1, recall_acc (0 without answers). 0, or -1 with kvc_fail set (llama_continue's
+ * checks). */
+int model_source_score(double out[5], const ModelSource *ms, const LlamaRows *rows);
 
 /* One head's rows for the model: n = kept ? n_kept : T rows of K'/V' (T, D), gathered when kept is given,
  * rounded to float32, with their positions (kept, or 0..T-1); allocated, freed by model_rows_free. */

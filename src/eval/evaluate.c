@@ -21,6 +21,7 @@ const char *const column_names[NCOLS] = {
     "bytes",          "baseline_bytes", "ratio",          "attn_error_p50",   "attn_error_p95",
     "attn_error_max", "attn_kl",        "retained_mass",  "topk_recall",    "decode_ns",
     "decode_speedup", "decode_ns_mad",  "lm_kl",          "lm_nll",         "lm_nll_delta",     "lm_top1",
+    "recall_acc",
 };
 
 int column_is_integer(Column c)
@@ -382,7 +383,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         }
         timing_cache_free(&stored);
         if (lm_rows) {
-            double lm[4];
+            double lm[5];
             int rc = model_source_score(lm, d->model, lm_rows);
             model_rows_free(lm_rows, nh);
             free(lm_rows);
@@ -391,6 +392,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 return -1;
             }
             for (int k = 0; k < 4; k++) set(agg, (Column)(COL_LM_KL + k), lm[k]);
+            if (d->model->n_answers) set(agg, COL_RECALL_ACC, lm[4]);
         }
     }
     for (size_t b = 0; heads && b < nh; b++) {

@@ -38,6 +38,7 @@ typedef enum {
     COL_LM_NLL,           /* mean NLL of the continuation's next tokens, nats */
     COL_LM_NLL_DELTA,     /* COL_LM_NLL minus the uncompressed cache's */
     COL_LM_TOP1,          /* fraction of tokens whose most likely next token is unchanged */
+    COL_RECALL_ACC,       /* with data.answers: fraction of the answers that are the most likely next token */
     NCOLS
 } Column;
 #define NCOLS_V1 8   /* attn_error .. ratio */
@@ -72,7 +73,7 @@ void eval_reference(Reference *ref, const Data *d);
 void reference_free(Reference *ref);   /* safe on a zeroed Reference */
 
 /* The aggregate row over every (layer, KV head) and query; for data.source "model" also lm_kl, lm_nll,
- * lm_nll_delta, lm_top1: the model decodes its continuation over the cache as the method stored it (every head's
+ * lm_nll_delta, lm_top1 (and recall_acc with data.answers): the model decodes its continuation over the cache as the method stored it (every head's
  * K'/V', an eviction's kept rows at their positions; model_source_score). Per-head rows leave them empty. With tm (not NULL) the row also gets decode_ns and
  * decode_speedup (timing.h), or row->no_timing says why not. Returns 0, or -1 with kvc_fail set when the
  * method failed (e.g. LAPACK). */

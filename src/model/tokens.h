@@ -3,7 +3,7 @@
  * The header reader (tokens_info) reads no ids, so a config can be checked without reading the input.
  *
  * Failure: -1 with kvc_fail("<file>: <what> (got <value>)"): a file that cannot be opened, an .npy that is not
- * one (magic, version, header), a dtype other than int32/int64 (named), a shape other than (n,) or (1, n), a
+ * one (magic, version, header), a dtype other than int32/int64 (named), a shape other than (n,) or (B, n), a
  * file shorter than its header says, an empty input (n = 0), and, when ids are read, one outside 0..vocab-1
  * (named with its index).
  */
@@ -15,9 +15,11 @@
 
 typedef enum { TOKENS_NPY, TOKENS_TEXT } TokensKind;
 
-/* *n = the number of tokens in the file (npy: from its header; text: its size in bytes). 0 or -1. */
-int tokens_info(size_t *n, const char *path, TokensKind kind);
-/* Reads the first `count` tokens (count <= what tokens_info said) into out, checking each against vocab. */
-int tokens_read(int32_t *out, size_t count, const char *path, TokensKind kind, size_t vocab);
+/* *rows = B (1 for (n,) and for a text), *n = tokens per sequence (npy: from its header; text: its size in
+ * bytes). 0 or -1. */
+int tokens_info(size_t *rows, size_t *n, const char *path, TokensKind kind);
+/* Reads the first `count` tokens of sequence `row` (count <= n, row < B of tokens_info) into out, checking
+ * each against vocab. */
+int tokens_read(int32_t *out, size_t count, size_t row, const char *path, TokensKind kind, size_t vocab);
 
 #endif

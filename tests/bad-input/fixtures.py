@@ -178,8 +178,8 @@ def write(spec, path):
 
 # ---- model directories for data.source "model" (write_model(spec, dir)) ---------------------------------------
 # A tiny Llama model in Hugging Face's layout (config.json + model.safetensors, F32), byte-level (vocab 256);
-# each spec breaks one thing. Beside it the case directory gets t.txt (a good text), ids.npy (good int32 ids) and
-# ids-oov.npy (an id outside the vocabulary).
+# each spec breaks one thing. Beside it the case directory gets t.txt (a good text), ids.npy (good int32 ids),
+# ids-2x100.npy (two sequences) and ids-oov.npy (an id outside the vocabulary).
 MODEL_CFG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_hidden_layers": 1,
              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 24,
              "vocab_size": 256, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
@@ -249,6 +249,8 @@ def write_model(spec, d):
         fh.write("A short text for a byte-level model, long enough for its context. " * 2)
     with open(os.path.join(parent, "ids.npy"), "wb") as fh:
         fh.write(_npy(np.arange(100) % 256, descr="<i4"))
+    with open(os.path.join(parent, "ids-2x100.npy"), "wb") as fh:
+        fh.write(_npy(np.arange(200).reshape(2, 100) % 256, descr="<i4"))
     with open(os.path.join(parent, "ids-oov.npy"), "wb") as fh:
         fh.write(_npy(np.array(list(range(10)) + [256] + list(range(89))), descr="<i8"))
     return d
