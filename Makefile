@@ -30,7 +30,7 @@ LIBOBJ  := $(filter-out $(BUILD)/src/cli/%,$(OBJ))
 TESTSRC := $(wildcard tests/*.c)
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test results clean install sanitize fuzz testbin bench
+.PHONY: all test results clean install sanitize fuzz testbin bench models
 all: $(BIN)
 
 $(BIN): $(OBJ)
@@ -125,6 +125,14 @@ bench: $(BIN)
 	scripts/bench.sh $(BENCH_ARGS)
 	scripts/bench-run.sh
 	scripts/bench-quality.sh
+
+# make models: trains the shipped models models/lm (byte-level LM on the Debian Administrator's Handbook, from the
+# Debian package debian-handbook) and models/recall (multi-query associative recall) with python3-torch on the CPU
+# (2 threads, each under 30 minutes; the data, seed and command land in models/*/README.md and train.log). Not part
+# of make test. scripts/train_lm.py --smoke and scripts/train_recall.py --smoke run tiny versions in seconds.
+models:
+	$(PY) scripts/train_lm.py --out models/lm
+	$(PY) scripts/train_recall.py --out models/recall
 
 # Regenerates every committed file under results/ from the tool itself.
 results: kvc

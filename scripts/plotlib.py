@@ -33,6 +33,7 @@ FAMILIES = [
     ("sharing", "#cc79a7", ["share_heads"]),
     ("composition", "#6a3d9a", ["pipeline"]),
     ("oracle", "#404040", ["topk_attention"]),
+    ("reference", "#56b4e9", ["none"]),
 ]
 OTHER = ("other", "#8a8a8a")     # a method this table does not know yet (noted on stderr)
 ORACLE = "oracle"

@@ -29,6 +29,7 @@ test_fuzz_regress.c
 test_limits.c
 test_methods.c
 test_metrics.c
+test_model.c
 test_quant.c
 test_rng.c
 test_store.c
@@ -60,6 +61,8 @@ test_ggml.py
 test_inputs.py
 test_lesson.py
 test_lowrank_qr.py
+test_model_run.py
+test_model_torch.py
 test_oracle_lesson.py
 test_peers.py
 test_plot_style.py

@@ -46,6 +46,12 @@ FILES_CONFIG = {
     "experiments": [{"method": "quantize", "bits": 4}],
 }
 GOOD_FILES = {"K": "npy:good-k", "V": "npy:good-v", "Q": "npy:good-q"}
+# The config a model case (needs "model") starts from: the model directory {tmp}/model (the case's "model" fixture
+# from fixtures.py, default "good") with t.txt, ids.npy and ids-oov.npy beside it; the case's "set" applies.
+MODEL_CONFIG = {
+    "data": {"source": "model", "model": "model", "text": "t.txt", "context": 16, "continuation": 4},
+    "experiments": [{"method": "none"}],
+}
 
 TINY = {
     "seed": 1,
@@ -189,7 +195,16 @@ def prepare(c, d):
             subst[key] = path
         else:
             subst[key] = fixtures.write(spec, path)
+    if c.get("needs") == "model":
+        fixtures.write_model(c.get("model", "good"), os.path.join(d, "model"))
     text = config_text(c)
+    if text is None and c.get("needs") == "model":
+        cfg = json.loads(json.dumps(MODEL_CONFIG))
+        for path, value in c.get("set", {}).items():
+            set_path(cfg, path, value)
+        for path in c.get("del", []):
+            del_path(cfg, path)
+        text = (expand(json.dumps(cfg), subst) + "\n").encode()
     if text is None and c.get("needs") == "files":
         cfg = json.loads(expand(json.dumps(FILES_CONFIG), {k: v for k, v in subst.items()}))
         if "tensor" in c:          # the tensor name the reader check asks for, given in the config too

@@ -159,7 +159,7 @@ def main():
     names = [ln.split()[0] for ln in names]
     report("methods-names", None if names == ["quantize", "kivi", "cast", "ggml", "sink_window", "topk_attention",
                                               "lowrank", "window", "h2o", "snapkv", "tova", "knorm", "random",
-                                              "share_heads", "pipeline"]
+                                              "share_heads", "pipeline", "none"]
            else "method list %r" % names)
 
     # --version: "kvc VERSION" alone on the first line, then commit, compiler, flags, BLAS build, decode kernels

@@ -245,7 +245,8 @@ def csv_header():
     _, hdr = csv_of(["run", multi])
     want = ["label", "method", "attn_error", "k_error", "v_error", "k_error_ordinary", "k_zeroed_ordinary",
             "bytes", "baseline_bytes", "ratio", "attn_error_p50", "attn_error_p95", "attn_error_max", "attn_kl",
-            "retained_mass", "topk_recall", "decode_ns", "decode_speedup", "decode_ns_mad", "id"]
+            "retained_mass", "topk_recall", "decode_ns", "decode_speedup", "decode_ns_mad", "lm_kl", "lm_nll",
+            "lm_nll_delta", "lm_top1", "recall_acc", "id"]
     return None if hdr == want else "header %r" % hdr
 
 

@@ -105,7 +105,7 @@ def main():
     ok = len(objs) == n_rows and all(
         (o["decode_ns"] is None) == (o["label"] == "with outliers") for o in objs) and \
         all(isinstance(o["decode_ns"], (int, float)) for o in objs if o["label"] != "with outliers") and \
-        list(objs[0].keys())[-4:] == ["decode_ns", "decode_speedup", "decode_ns_mad", "id"]
+        list(objs[0].keys())[-9:-5] == ["decode_ns", "decode_speedup", "decode_ns_mad", "lm_kl"]
     report("jsonl-threads-2", None if ok else "exit %d stderr %r first %r" % (rc, err[-200:], objs[:1]))
 
     rc, out, err = run(["run", path, "--format", "csv", "--per-head"])

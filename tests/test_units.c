@@ -1306,7 +1306,8 @@ static void test_report(void)
     char *s = slurp(f);
     /* the ten v1 columns first (a public interface), then the columns added for many heads and queries */
     const char *hdr = "label,method,attn_error,k_error,v_error,k_error_ordinary,k_zeroed_ordinary,bytes,baseline_bytes,ratio,"
-                      "attn_error_p50,attn_error_p95,attn_error_max,attn_kl,retained_mass,topk_recall,decode_ns,decode_speedup,decode_ns_mad,id\n";
+                      "attn_error_p50,attn_error_p95,attn_error_max,attn_kl,retained_mass,topk_recall,decode_ns,decode_speedup,decode_ns_mad,"
+                      "lm_kl,lm_nll,lm_nll_delta,lm_top1,recall_acc,id\n";
     check(strcmp(s, hdr) == 0, "report_csv_header", "expected \"%s\", got \"%s\"", hdr, s);
     free(s);
     fclose(f);
@@ -1328,7 +1329,7 @@ static void test_report(void)
     f = tmpfile();
     report_row(f, FORMAT_CSV, &r1, "0123456789abcdef");
     s = slurp(f);
-    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2,,,,,,,,,,0123456789abcdef\n";
+    const char *want = "\"a,b \"\"c\"\"\",quantize,0.1,,0.3333333333333333,,,1024,2048,2,,,,,,,,,,,,,,,0123456789abcdef\n";
     check(strcmp(s, want) == 0, "report_csv_quoting_and_empty_cells", "expected %s got %s", want, s);
     free(s);
     fclose(f);
@@ -1350,7 +1351,7 @@ static void test_report(void)
         f = tmpfile();
         report_row(f, FORMAT_CSV, &r, "0123456789abcdef");
         s = slurp(f);
-        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,,,,,,,,,,,0123456789abcdef\n", q[k].field);
+        snprintf(w2, sizeof w2, "%s,quantize,,,,,,,,,,,,,,,,,,,,,,,0123456789abcdef\n", q[k].field);
         snprintf(nm, sizeof nm, "report_csv_field_%zu", k);
         check(strcmp(s, w2) == 0, nm, "expected [%s] got [%s]", w2, s);
         free(s);
@@ -1372,7 +1373,8 @@ static void test_report(void)
                      "\"k_error\":null,\"v_error\":null,\"k_error_ordinary\":1e-300,\"k_zeroed_ordinary\":null,"
                      "\"bytes\":10,\"baseline_bytes\":20,\"ratio\":2,\"attn_error_p50\":null,\"attn_error_p95\":null,"
                      "\"attn_error_max\":null,\"attn_kl\":null,\"retained_mass\":null,\"topk_recall\":null,"
-                     "\"decode_ns\":null,\"decode_speedup\":null,\"decode_ns_mad\":null,\"id\":\"0123456789abcdef\"}\n";
+                     "\"decode_ns\":null,\"decode_speedup\":null,\"decode_ns_mad\":null,\"lm_kl\":null,\"lm_nll\":null,"
+                     "\"lm_nll_delta\":null,\"lm_top1\":null,\"recall_acc\":null,\"id\":\"0123456789abcdef\"}\n";
     check(strcmp(s, wj) == 0, "report_jsonl_exact", "expected %s got %s", wj, s);
     cJSON *j = cJSON_Parse(s);
     const cJSON *jl = j ? cJSON_GetObjectItemCaseSensitive(j, "label") : NULL;

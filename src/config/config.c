@@ -154,6 +154,9 @@ void config_free(Config *cfg)
         free(cfg->files[r].name);
     }
     free(cfg->file_outliers);
+    free(cfg->model.dir);
+    free(cfg->model.input);
+    free(cfg->model.answers);
     for (size_t i = 0; i < cfg->n_exps; i++) {
         free(cfg->exps[i].label);
         free(cfg->exps[i].steps);

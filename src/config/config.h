@@ -78,12 +78,29 @@ typedef struct FileSpec {
     TensorInfo info;              /* its header: shape and dtype (the values are read by data_make) */
 } FileSpec;
 
+/* data.source "model" (README "A real model in the loop"; src/config/model_cfg.c): a Llama model directory and
+ * its input. config_parse reads the model's config.json and the input's header only; the sizes follow from
+ * them: layers, kv_heads, q_heads, head_dim from the model, tokens = context, queries = continuation. */
+typedef struct ModelSpec {
+    char *dir;                    /* data.model, resolved against the config file's directory */
+    char *input;                  /* data.text or data.token_ids, resolved */
+    int text;                     /* 1: data.text, a byte-level model reads the file's bytes as token ids */
+    size_t context, continuation; /* C tokens prefilled and compressed, N tokens decoded after them */
+    size_t sequence;              /* data.sequence: the row of a (B, n) token_ids file (0 otherwise) */
+    size_t *answers;              /* data.answers: continuation offsets j (1..N, increasing) whose token x[C+j] is
+                                     an answer (recall_acc), or NULL */
+    size_t n_answers;
+    size_t vocab;                 /* the model's vocab_size */
+} ModelSpec;
+
 struct cJSON;
 
 typedef struct Config {
     char *seed;                   /* the seed as a decimal integer string (any size) */
     int from_files;               /* data.source "files": K, V, Q, O come from files[], dims from their shapes */
     FileSpec files[CONFIG_N_FILES];
+    int from_model;               /* data.source "model": K, V, Q, O from running the model (ModelSpec) */
+    ModelSpec model;
     unsigned char *file_outliers; /* (layers, D) data.outlier_channels with files (1: outlier), or NULL */
     Dims dims;                    /* T, D (of one head), whether values and evaluation queries exist */
     size_t layers, kv_heads, q_heads;   /* L, H_kv, H_q (a multiple of H_kv) */

@@ -1,6 +1,7 @@
 /* schema: validate the seed, data and metrics blocks into Config (see schema.h). */
 #include "config/schema.h"
 #include "config/files.h"
+#include "config/model_cfg.h"
 #include "config/shapes.h"
 #include "base/util.h"
 
@@ -505,12 +506,13 @@ int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
                                        "values", "query", "observe", "head_correlation", "rope", "sinks", "recent",
                                        "heavy_hitters", "shape",
                                        NULL};
-    static const char *const sources[] = {"synthetic", "files", NULL};
+    static const char *const sources[] = {"synthetic", "files", "model", NULL};
     long src = 0;
     if (json_need_object(c, data, "data")) return -1;
     const cJSON *source = json_member(data, "source");
     if (source && json_choice(c, source, "data.source", sources, &src)) return -1;
     if (src == 1) return parse_data_files(c, cfg, data);
+    if (src == 2) return model_cfg_parse(c, cfg, data);
     if (json_check_keys(c, data, "data", keys)) return -1;
     long T, D, L, H, Hq;
     const ModelShape *ms = NULL;

@@ -1,5 +1,6 @@
 /* load: data.source "files" (read the values, hand them to a Data) and kvc synth (write them back). See load.h. */
 #include "data/load.h"
+#include "data/model_source.h"
 #include "io/io_npy.h"
 #include "io/io_safetensors.h"
 #include "io/dirwrite.h"
@@ -31,6 +32,7 @@ static int read_values(Tensor *t, const Config *cfg, int role)
 
 int data_make(Data *d, const Config *cfg)
 {
+    if (cfg->from_model) return model_source_make(d, cfg);
     if (!cfg->from_files) return synth_data(d, cfg);
     memset(d, 0, sizeof *d);
     d->L = cfg->layers;

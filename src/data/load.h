@@ -15,7 +15,8 @@
 #include "config/config.h"
 #include "data/synth.h"
 
-/* The data of a config: synth_data, or for data.source "files" the values of cfg->files[] read into *d, with
+/* The data of a config: synth_data, for data.source "model" model_source_make (data/model_source.h: the model
+ * is run once), or for data.source "files" the values of cfg->files[] read into *d, with
  * RoPE for pre-RoPE keys (data.rope), the outlier mask (data.outlier_channels) and data_check. cfg is not
  * changed: data_make may be called again. 0 or -1 with kvc_fail set (d then zeroed). */
 int data_make(Data *d, const Config *cfg);

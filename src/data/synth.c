@@ -4,6 +4,7 @@
  * queries per (layer, query head). "U(n)" is numpy's rng.random(n), "N(n)" rng.normal(size=n).
  */
 #include "data/synth.h"
+#include "data/model_source.h"
 #include "base/linalg.h"
 #include "base/rng.h"
 #include "base/util.h"
@@ -471,5 +472,7 @@ void data_free(Data *d)
     free(d->obs_pos);
     free(d->outlier_mask);
     rope_free(&d->rope);
+    model_source_free(d->model);
+    free(d->model);
     memset(d, 0, sizeof *d);
 }

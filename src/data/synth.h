@@ -27,6 +27,8 @@ typedef struct Data {
     size_t *obs_pos;              /* (W,) position of each observation query: T - W + j */
     Rope rope;                    /* rope.dims > 0: K holds pre-RoPE keys; attention reads rope(K) at 0..T-1 */
     unsigned char *outlier_mask;  /* (L, D): 1 for a declared outlier channel of that layer; NULL if none */
+    struct ModelSource *model;    /* data.source "model": the model and its reference (data/model_source.h);
+                                     NULL for other data */
 } Data;
 
 /* Returns 0, or -1 with kvc_fail set (a seed string that is not a decimal integer). */

@@ -9,6 +9,7 @@
 #include "base/linalg.h"
 #include "base/util.h"
 #include "methods/svdcache.h"
+#include "data/model_source.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +20,8 @@ const char *const column_names[NCOLS] = {
     "attn_error",     "k_error",        "v_error",        "k_error_ordinary", "k_zeroed_ordinary",
     "bytes",          "baseline_bytes", "ratio",          "attn_error_p50",   "attn_error_p95",
     "attn_error_max", "attn_kl",        "retained_mass",  "topk_recall",    "decode_ns",
-    "decode_speedup", "decode_ns_mad",
+    "decode_speedup", "decode_ns_mad",  "lm_kl",          "lm_nll",         "lm_nll_delta",     "lm_top1",
+    "recall_acc",
 };
 
 int column_is_integer(Column c)
@@ -317,6 +319,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
     int timed = tm && agg;   /* the heads' stored forms are gathered into one cache and timed at the end */
     TimedCache stored;
     timing_cache_init(&stored, L, H);
+    LlamaRows *lm_rows = d->model && agg ? xcalloc(nh, sizeof *lm_rows) : NULL;   /* the model's compressed cache */
     for (size_t b = 0; b < nh; b++) {
         const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
         if (b % H == 0) {   /* run the method on the layer's heads: per head, or once for the layer */
@@ -343,6 +346,8 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 free(cs);
                 timing_cache_free(&stored);
                 eval_free(&e);
+                model_rows_free(lm_rows, nh);
+                free(lm_rows);
                 return -1;
             }
         }
@@ -363,6 +368,7 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
         e.bytes[b] = c.bytes;
         if (timed) timing_cache_add(&stored, &c.stored);
         if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
+        if (lm_rows) model_rows_set(&lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
         /* K' - K and V' - V, computed in place in K' and V' once the attention has read them; with one head the
          * buffer itself is kept (no copy) */
         if (c.K) take_difference(&e.dK, &c.K, K, b, nh, m);
@@ -389,6 +395,18 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
             }
         }
         timing_cache_free(&stored);
+        if (lm_rows) {
+            double lm[5];
+            int rc = model_source_score(lm, d->model, lm_rows);
+            model_rows_free(lm_rows, nh);
+            free(lm_rows);
+            if (rc) {
+                eval_free(&e);
+                return -1;
+            }
+            for (int k = 0; k < 4; k++) set(agg, (Column)(COL_LM_KL + k), lm[k]);
+            if (d->model->n_answers) set(agg, COL_RECALL_ACC, lm[4]);
+        }
     }
     for (size_t b = 0; heads && b < nh; b++) {
         Row *row = &heads[b];

@@ -34,6 +34,11 @@ typedef enum {
     COL_DECODE_NS,        /* timing.h: median decode step over the stored form, nanoseconds */
     COL_DECODE_SPEEDUP,   /* the FP16 reference's median (once per run) / COL_DECODE_NS */
     COL_DECODE_NS_MAD,    /* the spread of COL_DECODE_NS: median absolute deviation of the steps, nanoseconds */
+    COL_LM_KL,            /* data.source "model" only (data/model_source.h): mean KL of the next-token distribution */
+    COL_LM_NLL,           /* mean NLL of the continuation's next tokens, nats */
+    COL_LM_NLL_DELTA,     /* COL_LM_NLL minus the uncompressed cache's */
+    COL_LM_TOP1,          /* fraction of tokens whose most likely next token is unchanged */
+    COL_RECALL_ACC,       /* with data.answers: fraction of the answers that are the most likely next token */
     NCOLS
 } Column;
 #define NCOLS_V1 8   /* attn_error .. ratio */
@@ -67,7 +72,9 @@ typedef struct Reference {
 void eval_reference(Reference *ref, const Data *d);
 void reference_free(Reference *ref);   /* safe on a zeroed Reference */
 
-/* The aggregate row over every (layer, KV head) and query. With tm (not NULL) the row also gets decode_ns and
+/* The aggregate row over every (layer, KV head) and query; for data.source "model" also lm_kl, lm_nll,
+ * lm_nll_delta, lm_top1 (and recall_acc with data.answers): the model decodes its continuation over the cache as the method stored it (every head's
+ * K'/V', an eviction's kept rows at their positions; model_source_score). Per-head rows leave them empty. With tm (not NULL) the row also gets decode_ns and
  * decode_speedup (timing.h), or row->no_timing says why not. Returns 0, or -1 with kvc_fail set when the
  * method failed (e.g. LAPACK). */
 int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,

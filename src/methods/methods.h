@@ -205,7 +205,7 @@ int apply_to_check(const Experiment *ex, const Dims *d);   /* "v"/"kv" need data
 /* The method families, one file each. */
 extern const MethodDesc method_quantize, method_sink_window, method_topk_attention, method_lowrank;
 extern const MethodDesc method_window, method_h2o, method_snapkv, method_tova, method_knorm, method_random;
-extern const MethodDesc method_share_heads, method_pipeline;
+extern const MethodDesc method_share_heads, method_pipeline, method_none;   /* none.c: the identity */
 extern const MethodDesc method_kivi, method_cast, method_ggml;   /* quantizers: kivi.c, cast.c, ggml.c */
 
 #endif

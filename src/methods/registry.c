@@ -23,6 +23,7 @@ const MethodDesc *const method_registry[] = {
     &method_random,
     &method_share_heads,
     &method_pipeline,
+    &method_none,
 };
 const size_t method_count = sizeof method_registry / sizeof method_registry[0];
 

@@ -181,3 +181,83 @@ def write(spec, path):
     with open(path, "wb") as fh:
         fh.write(FIXTURES[spec]())
     return path
+
+
+# ---- model directories for data.source "model" (write_model(spec, dir)) ---------------------------------------
+# A tiny Llama model in Hugging Face's layout (config.json + model.safetensors, F32), byte-level (vocab 256);
+# each spec breaks one thing. Beside it the case directory gets t.txt (a good text), ids.npy (good int32 ids),
+# ids-2x100.npy (two sequences) and ids-oov.npy (an id outside the vocabulary).
+MODEL_CFG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 24,
+             "vocab_size": 256, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": False}
+
+
+def _model_tensors(cfg):
+    rng = np.random.default_rng(5)
+    E, I, V, Hq, Hkv, D = (cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"],
+                           cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"])
+    w = lambda *s: (rng.uniform(-1, 1, s) / np.sqrt(s[-1])).astype("<f4")
+    t = {"model.embed_tokens.weight": w(V, E), "model.norm.weight": np.ones(E, "<f4"), "lm_head.weight": w(V, E)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        t.update({p + "input_layernorm.weight": np.ones(E, "<f4"), p + "post_attention_layernorm.weight":
+                  np.ones(E, "<f4"), p + "self_attn.q_proj.weight": w(Hq * D, E),
+                  p + "self_attn.k_proj.weight": w(Hkv * D, E), p + "self_attn.v_proj.weight": w(Hkv * D, E),
+                  p + "self_attn.o_proj.weight": w(E, Hq * D), p + "mlp.gate_proj.weight": w(I, E),
+                  p + "mlp.up_proj.weight": w(I, E), p + "mlp.down_proj.weight": w(E, I)})
+    return t
+
+
+def _model_st(tensors):
+    return _st([(n, "F32", a.shape, a.astype("<f4").tobytes()) for n, a in tensors.items()])
+
+
+MODEL_FIXTURES = {   # spec -> (config changes, tensor changes: name -> array or None to drop, files to remove)
+    "good": ({}, {}, []),
+    "vocab1000": ({"vocab_size": 1000}, {}, []),
+    "no-config": ({}, {}, ["config.json"]),
+    "no-weights": ({}, {}, ["model.safetensors"]),
+    "gpt2": ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, {}, []),
+    "missing-tensor": ({}, {"model.layers.0.mlp.up_proj.weight": None}, []),
+    "misshaped-tensor": ({}, {"model.layers.0.self_attn.k_proj.weight": np.zeros((16, 16), "<f4")}, []),
+    "hidden-not-divisible": ({"hidden_size": 15, "head_dim": None}, {}, []),
+    "kv-not-dividing": ({"num_attention_heads": 3, "num_key_value_heads": 2}, {}, []),
+    "nonfinite": ({}, {"model.norm.weight": np.array([1.0] * 5 + [np.inf] + [1.0] * 10, "<f4")}, []),
+}
+
+
+def write_model(spec, d):
+    import os
+    if spec not in MODEL_FIXTURES:
+        raise KeyError("unknown model fixture %r (see tests/bad-input/fixtures.py)" % spec)
+    changes, tchanges, remove = MODEL_FIXTURES[spec]
+    cfg = dict(MODEL_CFG)
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    os.makedirs(d, exist_ok=True)
+    t = _model_tensors(dict(MODEL_CFG, vocab_size=cfg["vocab_size"]))
+    for k, v in tchanges.items():
+        if v is None:
+            del t[k]
+        else:
+            t[k] = v
+    with open(os.path.join(d, "config.json"), "w") as fh:
+        json.dump(cfg, fh)
+    with open(os.path.join(d, "model.safetensors"), "wb") as fh:
+        fh.write(_model_st(t))
+    for name in remove:
+        os.remove(os.path.join(d, name))
+    parent = os.path.dirname(d.rstrip("/"))
+    with open(os.path.join(parent, "t.txt"), "w") as fh:
+        fh.write("A short text for a byte-level model, long enough for its context. " * 2)
+    with open(os.path.join(parent, "ids.npy"), "wb") as fh:
+        fh.write(_npy(np.arange(100) % 256, descr="<i4"))
+    with open(os.path.join(parent, "ids-2x100.npy"), "wb") as fh:
+        fh.write(_npy(np.arange(200).reshape(2, 100) % 256, descr="<i4"))
+    with open(os.path.join(parent, "ids-oov.npy"), "wb") as fh:
+        fh.write(_npy(np.array(list(range(10)) + [256] + list(range(89))), descr="<i8"))
+    return d
