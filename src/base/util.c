@@ -42,6 +42,15 @@ void *xmalloc(size_t n)
     return p;
 }
 
+void *xalloc64(size_t n)
+{
+    size_t m = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, m ? m : 64);
+    if (!p) xalloc_die(n);
+    memset(p, 0, m ? m : 64);
+    return p;
+}
+
 void *xcalloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);

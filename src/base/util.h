@@ -29,6 +29,9 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 void *xmalloc(size_t n);               /* never returns NULL; n == 0 allocates 1 byte */
 void *xcalloc(size_t count, size_t size);
+/* n zeroed bytes on a 64-byte boundary (free with free; n == 0 allocates 64): the stored tensors and the decode
+ * kernels' buffers, whose vector loads then never straddle a cache line more often than the layout makes them. */
+void *xalloc64(size_t n);
 char *xstrdup(const char *s);
 /* What the next allocations are for, named in the out-of-memory message ("cfg.json: experiments.3 (int4)");
  * printf-style, copied (at most 255 bytes); NULL clears it. Single-threaded callers only (main's thread). */

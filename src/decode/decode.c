@@ -141,25 +141,10 @@ static int rows_of(KRows *r, const StoreTensor *st)
     return 1;
 }
 
-/* n zeroed bytes on a 64-byte boundary (free with free): the kernels' vector loads of the prepared queries,
- * scores and accumulators then never straddle a cache line more often than the layout makes them (measured: a
- * query 16 bytes off a line cost the q5_1 key kernel 10 % at G = 4), whatever the heap did before. */
-static void *alloc64(size_t n)
-{
-    size_t m = (n + 63) / 64 * 64;
-    void *p = aligned_alloc(64, m ? m : 64);
-    if (!p) {
-        fprintf(stderr, "kvc: out of memory (allocating %zu bytes)\n", n);
-        abort();
-    }
-    memset(p, 0, m ? m : 64);
-    return p;
-}
-
 static float **per_thread(int n, size_t count)
 {
     float **p = xcalloc((size_t)n, sizeof *p);
-    for (int i = 0; i < n; i++) p[i] = alloc64((count ? count : 1) * sizeof **p);
+    for (int i = 0; i < n; i++) p[i] = xalloc64((count ? count : 1) * sizeof **p);
     return p;
 }
 
@@ -258,7 +243,7 @@ static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const 
     sg->b0 = b0;
     side_init(d, &sg->k, K, T);
     side_init(d, &sg->v, V, T);
-    sg->qp = alloc64(d->c.L * d->Hq * sg->k.W * sizeof *sg->qp);
+    sg->qp = xalloc64(d->c.L * d->Hq * sg->k.W * sizeof *sg->qp);
 }
 
 static void seg_free(Seg *sg)
@@ -327,7 +312,7 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     }
     if (impl == DECODE_NAIVE) d->lr = per_thread(threads, rmax * (DECODE_BLOCK + c->D));
     d->SW = 2 + wv;
-    d->slots = alloc64(n_q * d->nb * d->SW * sizeof *d->slots);
+    d->slots = xalloc64(n_q * d->nb * d->SW * sizeof *d->slots);
     d->S = per_thread(threads, d->G * DECODE_BLOCK);
     size_t wmaxkv = wk > wv ? wk : wv;
     d->tile_rows = ((size_t)1 << 16) / wmaxkv;

@@ -993,18 +993,6 @@ int store_check(StoreFormat f, size_t T, size_t D, const char *what)
     return 0;
 }
 
-static void *alloc64(size_t n)
-{
-    size_t m = (n + 63) / 64 * 64;
-    void *p = aligned_alloc(64, m ? m : 64);
-    if (!p) {
-        fprintf(stderr, "kvc: out of memory (allocating %zu bytes)\n", n);
-        abort();
-    }
-    memset(p, 0, m ? m : 64);
-    return p;
-}
-
 void store_alloc(StoreTensor *st, StoreFormat f, size_t T, size_t D)
 {
     int ok = store_check(f, T, D, "store") == 0;
@@ -1016,21 +1004,21 @@ void store_alloc(StoreTensor *st, StoreFormat f, size_t T, size_t D)
     st->T = T;
     st->D = D;
     st->W = f.rank ? f.rank : D;
-    if (f.rank) st->basis = alloc64(f.rank * D * sizeof *st->basis);
+    if (f.rank) st->basis = xalloc64(f.rank * D * sizeof *st->basis);
     if (tr->layout == STORE_LAYOUT_STREAM) {
         st->code_bytes = (T * st->W * (size_t)f.bits + 7) / 8;
         st->row_bytes = st->W * (size_t)f.bits % 8 == 0 ? st->W * (size_t)f.bits / 8 : 0;
-        st->codes = alloc64(st->code_bytes);
+        st->codes = xalloc64(st->code_bytes);
         st->n_groups = f.axis == STORE_AXIS_TOKEN ? T * intn_per(st) : intn_per(st) * st->W;
         st->param_bytes = st->n_groups * (f.asym ? 2u : 1u) * (f.scale_type == STORE_SCALE_F32 ? 4u : 2u);
-        st->params = alloc64(st->param_bytes);
+        st->params = xalloc64(st->param_bytes);
         return;
     }
     st->row_bytes = store_row_bytes(f.type, st->W);
-    st->codes = alloc64(T * st->row_bytes);
+    st->codes = xalloc64(T * st->row_bytes);
     if (tr->layout == STORE_LAYOUT_SCALED) {
         st->n_scales = f.axis == STORE_AXIS_TOKEN ? T : st->W;
-        st->scales = alloc64(st->n_scales * sizeof *st->scales);
+        st->scales = xalloc64(st->n_scales * sizeof *st->scales);
     }
 }
 
@@ -1198,7 +1186,7 @@ int store_intn_to_int(StoreTensor *st)
     if (g.type == st->fmt.type) return 0;
     /* one group per row (axis token: group t) or per column (axis channel: group j): the scales in order */
     assert(st->n_groups == (g.axis == STORE_AXIS_TOKEN ? st->T : st->W) && st->row_bytes > 0);
-    uint16_t *scales = alloc64(st->n_groups * sizeof *scales);
+    uint16_t *scales = xalloc64(st->n_groups * sizeof *scales);
     for (size_t k = 0; k < st->n_groups; k++) scales[k] = load16(st->params + 2 * k);
     if (g.type == STORE_INT8)   /* stored n = code + 128 -> the code's two's-complement byte */
         for (size_t i = 0; i < st->code_bytes; i++) st->codes[i] ^= 0x80u;
@@ -1222,7 +1210,7 @@ int store_set_lowrank_f64(StoreTensor *st, size_t D, const double *B, const char
     free(st->basis);
     st->fmt = f;
     st->D = D;
-    st->basis = alloc64(f.rank * D * sizeof *st->basis);
+    st->basis = xalloc64(f.rank * D * sizeof *st->basis);
     store_set_basis_f64(st, B);
     return 0;
 }
