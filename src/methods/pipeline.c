@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Tensor {
+typedef struct StepTensor {
     size_t W;               /* stored columns per row */
     double *S;              /* (n, W) */
     double *B;              /* (W, D) basis of a low-rank form, or NULL */
@@ -47,13 +47,13 @@ typedef struct Tensor {
     StoreTensor st, str;    /* the rows as the last step that rewrote them stored them, without the pipeline's
                                basis (str: a second segment after them, or empty); empty until a step rewrites */
     const char *none;       /* that step's stored form has no decode path, and why */
-} Tensor;
+} StepTensor;
 
 typedef struct Stored {
     size_t n, *pos;         /* rows and their positions */
     int evicted;
     uint64_t idx_bytes;
-    Tensor X[2];            /* K, V */
+    StepTensor X[2];            /* K, V */
     double *Katt;           /* (n, D) attention-space keys when they differ from S_K (pre-RoPE cache), or NULL */
     double *w_ref;          /* (n,) oracle weights, or NULL */
     MethodInput base;       /* observation queries, layer, head, seed */
@@ -138,7 +138,7 @@ static void init_stored(Stored *st, const MethodInput *in, size_t H, size_t g)
         p->base.head = s;
         p->base.n_obs_heads = a->n_obs_heads * g;
         for (int x = 0; x < 1 + has_v; x++) {
-            Tensor *X = &p->X[x];
+            StepTensor *X = &p->X[x];
             X->W = D;
             X->rows_bytes = 2 * (uint64_t)m;
             const double **src = xmalloc(g * sizeof *src);
@@ -272,9 +272,9 @@ static void rewrite_inputs(MethodInput *mi, const Stored *st, size_t nst, int k,
     }
 }
 
-/* Tensor X takes the rewritten rows (or factored form) of result r for its role (0: K, 1: V), with rows bytes b,
+/* StepTensor X takes the rewritten rows (or factored form) of result r for its role (0: K, 1: V), with rows bytes b,
  * and the tensors the step stored for that role. */
-static void take(Tensor *X, Compressed *r, int role, uint64_t b, size_t n, size_t D)
+static void take(StepTensor *X, Compressed *r, int role, uint64_t b, size_t n, size_t D)
 {
     MethodStored *ms = &r->stored;
     StoreTensor *sm = role ? &ms->V : &ms->K, *sr = role ? &ms->Vr : &ms->Kr;
@@ -386,7 +386,7 @@ static uint64_t stored_bytes(const Stored *p, int has_v, size_t D)
 static const char *finish_stored(Stored *p, int has_v, size_t D)
 {
     for (int x = 0; x < 1 + has_v; x++) {
-        Tensor *X = &p->X[x];
+        StepTensor *X = &p->X[x];
         if (X->none) return X->none;
         if (!X->st.codes) method_store_f16(&X->st, X->S, NULL, p->n, X->W);   /* no step rewrote it: W = D */
         if (X->B && (store_set_lowrank_f64(&X->st, D, X->B, "pipeline") ||
@@ -399,7 +399,7 @@ static const char *finish_stored(Stored *p, int has_v, size_t D)
 }
 
 /* X' (T, D) of original head h: the exact tensor with the stored rows, reconstructed, at their positions. */
-static double *reconstruct(const Tensor *X, const Stored *p, const double *exact, size_t T, size_t D)
+static double *reconstruct(const StepTensor *X, const Stored *p, const double *exact, size_t T, size_t D)
 {
     double *out = dup(exact, T * D);
     const double *R = X->S;

@@ -16,7 +16,7 @@
 #ifndef KVC_REPORT_H
 #define KVC_REPORT_H
 
-#include "eval/evaluate.h"
+#include "eval/row.h"
 
 #include <stdio.h>
 
