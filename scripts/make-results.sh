@@ -48,6 +48,15 @@ write results/pareto.csv     $KVC run configs/sweep-pareto.json --no-timing --fo
 scripts/plot-pareto.sh results/pareto.csv results/pareto.png \
     --title "KV-cache compression: attention error vs bytes (configs/sweep-pareto.json)"
 echo "wrote results/pareto.png" >&2
+# A Llama-3-8B-shaped cache (data.shape, 32 layers, 8 KV / 32 query heads, D 128) at 4096 tokens: every family at
+# about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 3.5 minutes and 7.5 GB on 2 cores;
+# KVC_RESULTS_QUICK=1 leaves it out.
+if [ -z "${KVC_RESULTS_QUICK:-}" ]; then
+    write results/pareto-llama.csv $KVC run configs/sweep-llama.json --no-timing --format csv -q
+    scripts/plot-pareto.sh results/pareto-llama.csv results/pareto-llama.png \
+        --title "Llama-3-8B shape (32 layers, 8 KV / 32 query heads, D 128), T 4096: attention error vs bytes"
+    echo "wrote results/pareto-llama.png" >&2
+fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 $KVC run configs/sweep-pareto.json --no-timing --out "$tmp/pareto.jsonl" -q
 scripts/plot-sweep.sh "$tmp/pareto.jsonl" results/sweep-bits.png bits \
