@@ -288,6 +288,29 @@ INLINE void scores_tile_narrow(const StoreType T, const int GC, float *s, size_t
     }
 }
 
+/* GC >= 2 heads, 8 rows t..t+8 without column tails: the rows in pairs (as scores_tile), then per head one
+ * reduce8v of its 8 rows' vectors, the offset and the 8 token scales as vectors, one store. The same float32
+ * operations on every score as scores_tile's scalar epilogue (each vector's horizontal sum has the same tree
+ * wherever it sits in reduce8v), without the per-score scalar work. */
+INLINE void scores_rows8(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
+                         size_t t, size_t i)
+{
+    const size_t W = k->W, nu = W / unit_of(T), rb = k->row_bytes;
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, 8 * rb);
+    __m256 rs[8 * 4];
+    for (size_t r0 = 0; r0 < 8; r0 += 2) row_dots(T, GC, 2, rs + r0 * (size_t)GC, qp, W, base + r0 * rb, rb, nu);
+    const __m256 sc = k->rscale ? h8(k->rscale + t) : _mm256_set1_ps(1.0f);
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m256 v8[8];
+        UNROLL for (int r = 0; r < 8; r++) v8[r] = rs[r * GC + g];
+        __m256 v = reduce8v(v8);
+        if (T == INT4_RAW) v = _mm256_sub_ps(v, _mm256_broadcast_ss(qp + (size_t)GC * W + (size_t)g));
+        if (k->rscale) v = _mm256_mul_ps(v, sc);
+        _mm256_storeu_ps(s + (size_t)g * ls + i, v);
+    }
+}
+
 INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
                       size_t t0, size_t n)
 {
@@ -295,6 +318,8 @@ INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, cons
     size_t i = 0;
     if (nvec < R)   /* narrow rows */
         for (; i + R <= n; i += R) scores_tile_narrow(T, GC, s, ls, qp, k, t0 + i, i);
+    else if (GC >= 2 && k->W % unit_of(T) == 0)
+        for (; i + 8 <= n; i += 8) scores_rows8(T, GC, s, ls, qp, k, t0 + i, i);
     for (; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
 }
 
