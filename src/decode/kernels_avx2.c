@@ -39,6 +39,10 @@
 #define Q4_0_RAW ((StoreType)(STORE_NTYPES + 1))
 /* int4 keys read without the -8 (GQA float path); the caller subtracts 8 x the query sum from each dot product */
 #define INT4_RAW ((StoreType)(STORE_NTYPES + 2))
+/* Q4_0 values already scaled, d (n - 8) as fmsub(d, n, 8 d) (the same float32 as d times n - 8: d n - 8 d is
+ * exact before its one rounding), for the GQA value tiles (convert_q4_0): one multiply per block instead of 4
+ * integer subtractions */
+#define Q4_0_VAL ((StoreType)(STORE_NTYPES + 3))
 INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
 INLINE size_t unit_of(StoreType t)
 {
@@ -66,6 +70,16 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
         __m256i b = _mm256_cvtepu8_epi32(load8(p));
         x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
         x[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        return;
+    }
+    if (t == Q4_0_VAL) {
+        const __m256 dv = f16_bcast(p), d8 = _mm256_mul_ps(dv, _mm256_set1_ps(8.0f));
+        __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
+        __m256i m = _mm256_set1_epi32(15);
+        x[0] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(b0, m)), d8);
+        x[1] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(b1, m)), d8);
+        x[2] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), d8);
+        x[3] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), d8);
         return;
     }
     if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
@@ -544,7 +558,20 @@ static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, co
 DEFINE_VACC(int4, STORE_INT4)
 DEFINE_FORMAT(int2, STORE_INT2)
 DEFINE_FORMAT(q8_0, STORE_Q8_0)
-DEFINE_FORMAT(q4_0, STORE_Q4_0)
+static void scores_q4_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr)
+{
+    (void)scr;
+    scores_all(STORE_Q4_0, s, ls, qp, G, k, t0, n);
+}
+static void convert_q4_0(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
+{
+    tile_convert((Unit){Q4_0_VAL, 32, sizeof(StoreBlockQ4_0), 4, 0, cvt_unit}, scr, ld, v, t, nt);
+}
+static void vacc_q4_0(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, float *scr)
+{
+    (void)scr;
+    vacc_all(unit_desc(STORE_Q4_0), convert_q4_0, acc, p, lp, G, v, t0, n);
+}
 
 /* int4: in each full unit of 16, positions 0..7 read the even columns, 8..15 the odd ones; int2: position
  * 8k + i of a unit of 32 reads column 4i + k. Columns past the last full unit keep their place. */
