@@ -16,13 +16,15 @@
  * Scores: one row after the other, GC query heads at a time (HEAD_GROUPS: 4, 2, 1); each unit is converted once
  * for all GC heads (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head:
  * independent FMA chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's
- * FP16 scale; 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row
- * pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
- * read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's partial sum;
- * int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
+ * FP16 scale; 8 / GC rows' vectors are reduced together (GC >= 2 without column tails: 8 rows, then one
+ * reduce8v, offset, token scales and store per head, scores_rows8). With GC >= 2 each query vector is loaded
+ * once for a row pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0
+ * keys of one head read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's
+ * partial sum; int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
  * than 4 heads with W = 64/128/256 are exact integer dot products (see "int4 keys in integer arithmetic").
  * Values: avx2_common.h's vacc_all with this file's units (one head: tokens in pairs, the W accumulators in L1;
- * GQA: register accumulators for codes of at most one byte per value, else the tile path).
+ * GQA: register accumulators for codes of at most one byte per value, else the tile path; q4_0's tiles are
+ * converted as fmsub(d, n, 8 d), the same floats as d (n - 8)).
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
