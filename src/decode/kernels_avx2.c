@@ -16,13 +16,15 @@
  * Scores: one row after the other, GC query heads at a time (HEAD_GROUPS: 4, 2, 1); each unit is converted once
  * for all GC heads (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head:
  * independent FMA chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's
- * FP16 scale; 8 / GC rows' vectors are reduced together. With GC >= 2 each query vector is loaded once for a row
- * pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0 keys of one head
- * read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's partial sum;
- * int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
+ * FP16 scale; 8 / GC rows' vectors are reduced together (GC >= 2 without column tails: 8 rows, then one
+ * reduce8v, offset, token scales and store per head, scores_rows8). With GC >= 2 each query vector is loaded
+ * once for a row pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0
+ * keys of one head read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's
+ * partial sum; int4 keys on the float path (GQA) subtract 8 x the query's sum from each dot product. int4 keys of fewer
  * than 4 heads with W = 64/128/256 are exact integer dot products (see "int4 keys in integer arithmetic").
  * Values: avx2_common.h's vacc_all with this file's units (one head: tokens in pairs, the W accumulators in L1;
- * GQA: register accumulators for codes of at most one byte per value, else the tile path).
+ * GQA: register accumulators for codes of at most one byte per value, else the tile path; q4_0's tiles are
+ * converted as fmsub(d, n, 8 d), the same floats as d (n - 8)).
  * The summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
@@ -39,6 +41,10 @@
 #define Q4_0_RAW ((StoreType)(STORE_NTYPES + 1))
 /* int4 keys read without the -8 (GQA float path); the caller subtracts 8 x the query sum from each dot product */
 #define INT4_RAW ((StoreType)(STORE_NTYPES + 2))
+/* Q4_0 values already scaled, d (n - 8) as fmsub(d, n, 8 d) (the same float32 as d times n - 8: d n - 8 d is
+ * exact before its one rounding), for the GQA value tiles (convert_q4_0): one multiply per block instead of 4
+ * integer subtractions */
+#define Q4_0_VAL ((StoreType)(STORE_NTYPES + 3))
 INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
 INLINE size_t unit_of(StoreType t)
 {
@@ -66,6 +72,16 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
         __m256i b = _mm256_cvtepu8_epi32(load8(p));
         x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
         x[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        return;
+    }
+    if (t == Q4_0_VAL) {
+        const __m256 dv = f16_bcast(p), d8 = _mm256_mul_ps(dv, _mm256_set1_ps(8.0f));
+        __m256i b0 = _mm256_cvtepu8_epi32(load8(p + 2)), b1 = _mm256_cvtepu8_epi32(load8(p + 10));
+        __m256i m = _mm256_set1_epi32(15);
+        x[0] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(b0, m)), d8);
+        x[1] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(b1, m)), d8);
+        x[2] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), d8);
+        x[3] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), d8);
         return;
     }
     if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
@@ -288,6 +304,29 @@ INLINE void scores_tile_narrow(const StoreType T, const int GC, float *s, size_t
     }
 }
 
+/* GC >= 2 heads, 8 rows t..t+8 without column tails: the rows in pairs (as scores_tile), then per head one
+ * reduce8v of its 8 rows' vectors, the offset and the 8 token scales as vectors, one store. The same float32
+ * operations on every score as scores_tile's scalar epilogue (each vector's horizontal sum has the same tree
+ * wherever it sits in reduce8v), without the per-score scalar work. */
+INLINE void scores_rows8(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
+                         size_t t, size_t i)
+{
+    const size_t W = k->W, nu = W / unit_of(T), rb = k->row_bytes;
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, 8 * rb);
+    __m256 rs[8 * 4];
+    for (size_t r0 = 0; r0 < 8; r0 += 2) row_dots(T, GC, 2, rs + r0 * (size_t)GC, qp, W, base + r0 * rb, rb, nu);
+    const __m256 sc = k->rscale ? h8(k->rscale + t) : _mm256_set1_ps(1.0f);
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m256 v8[8];
+        UNROLL for (int r = 0; r < 8; r++) v8[r] = rs[r * GC + g];
+        __m256 v = reduce8v(v8);
+        if (T == INT4_RAW) v = _mm256_sub_ps(v, _mm256_broadcast_ss(qp + (size_t)GC * W + (size_t)g));
+        if (k->rscale) v = _mm256_mul_ps(v, sc);
+        _mm256_storeu_ps(s + (size_t)g * ls + i, v);
+    }
+}
+
 INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, const float *qp, const KRows *k,
                       size_t t0, size_t n)
 {
@@ -295,6 +334,8 @@ INLINE void scores_gc(const StoreType T, const int GC, float *s, size_t ls, cons
     size_t i = 0;
     if (nvec < R)   /* narrow rows */
         for (; i + R <= n; i += R) scores_tile_narrow(T, GC, s, ls, qp, k, t0 + i, i);
+    else if (GC >= 2 && k->W % unit_of(T) == 0)
+        for (; i + 8 <= n; i += 8) scores_rows8(T, GC, s, ls, qp, k, t0 + i, i);
     for (; i < n; i += R) scores_tile(T, GC, n - i < R ? n - i : R, s, ls, qp, k, t0 + i, i);
 }
 
@@ -519,7 +560,20 @@ static void scores_int4_float(float *s, size_t ls, const float *qp, size_t G, co
 DEFINE_VACC(int4, STORE_INT4)
 DEFINE_FORMAT(int2, STORE_INT2)
 DEFINE_FORMAT(q8_0, STORE_Q8_0)
-DEFINE_FORMAT(q4_0, STORE_Q4_0)
+static void scores_q4_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr)
+{
+    (void)scr;
+    scores_all(STORE_Q4_0, s, ls, qp, G, k, t0, n);
+}
+static void convert_q4_0(float *scr, size_t ld, const KRows *v, size_t t, size_t nt)
+{
+    tile_convert((Unit){Q4_0_VAL, 32, sizeof(StoreBlockQ4_0), 4, 0, cvt_unit}, scr, ld, v, t, nt);
+}
+static void vacc_q4_0(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, float *scr)
+{
+    (void)scr;
+    vacc_all(unit_desc(STORE_Q4_0), convert_q4_0, acc, p, lp, G, v, t0, n);
+}
 
 /* int4: in each full unit of 16, positions 0..7 read the even columns, 8..15 the odd ones; int2: position
  * 8k + i of a unit of 32 reads column 4i + k. Columns past the last full unit keep their place. */
