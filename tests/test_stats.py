@@ -9,7 +9,9 @@ computes the statistics from those arrays with numpy, from their definitions in 
   recent mass     the same over the last ceil(T / 10) tokens
   erank           exp(entropy(s / sum(s))), s = np.linalg.svd(K, compute_uv=False)
   rank90          the least r with cumsum(s^2)[r-1] >= 0.9 * sum(s^2)
-with K the keys as attention reads them (RoPE applied here, half style, when the cache holds pre-RoPE keys).
+with K the keys as attention reads them (RoPE applied here, half style, when the cache holds pre-RoPE keys), on
+synthetic configs (GQA 3:1, odd T, pre-RoPE keys, T < 4 < D) and on the captured cache of a small random Llama
+model (data.source "model"; skipped without python3-torch).
 `kvc stats CFG --format json` and `--format csv` must agree with it to relative 1e-9 per (layer, KV head) and in
 the mean/min/max rows. Then: a config without evaluation queries (sink/recent mass null/empty, one note on
 stderr, exit 0), the table format, and bad arguments (exit 2, one "kvc:" line, nothing on stdout).
@@ -178,6 +180,23 @@ def check_config(tag, cfg):
 def main():
     for tag, cfg in (("gqa", GQA), ("pre-rope", PRE), ("small", SMALL)):
         check_config(tag, cfg)
+
+    # a captured cache: a small random Llama model (tests/test_model_torch.py writes it; needs python3-torch)
+    try:
+        import test_model_torch as tm
+    except ImportError:
+        tm = None
+        checks.skip("stats-model", "python3-torch is not installed")
+    if tm is not None:
+        mcfg = dict(architectures=["LlamaForCausalLM"], hidden_size=64, num_hidden_layers=2, num_attention_heads=6,
+                    num_key_value_heads=2, head_dim=16, intermediate_size=96, vocab_size=256,
+                    max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+        tm.write_model(os.path.join(TMP, "model"), mcfg, tm.random_model(mcfg, 9))
+        with open(os.path.join(TMP, "m.txt"), "wb") as f:
+            f.write(b"What a captured cache looks like, head by head: sinks, outliers, rank. " * 2)
+        check_config("model", {"data": {"source": "model", "model": "model", "text": "m.txt", "context": 41,
+                                        "continuation": 9, "observe": {"window": 5}},
+                               "experiments": [{"method": "none"}]})
 
     # the same data through data.source "files" (synth's files.json) gives the same numbers
     rc, out1, _ = run(["stats", write("gqa2", GQA), "--format", "csv"])
