@@ -198,6 +198,22 @@ def main():
                                         "continuation": 9, "observe": {"window": 5}},
                                "experiments": [{"method": "none"}]})
 
+    # all-zero keys from files: outlier_ratio and erank empty, rank90 0, uniform attention (4/8 and 1/8)
+    np.save(os.path.join(TMP, "zk.npy"), np.zeros((1, 1, 8, 4)))
+    np.save(os.path.join(TMP, "zv.npy"), np.ones((1, 1, 8, 4)))
+    np.save(os.path.join(TMP, "zq.npy"), np.ones((1, 2, 3, 4)))
+    zcfg = {"data": {"source": "files", "files": {"keys": "zk.npy", "values": "zv.npy", "queries": "zq.npy"}},
+            "experiments": [{"method": "none"}]}
+    rc, out, err = run(["stats", write("zeros", zcfg), "--format", "json"])
+    try:
+        j = json.loads(out)
+        h, a = j["heads"][0], j["mean"]
+        ok = (rc == 0 and h["outlier_ratio"] is None and h["erank"] is None and h["rank90"] == 0
+              and h["sink_mass"] == 0.5 and h["recent_mass"] == 0.125 and a["erank"] is None and a["rank90"] == 0)
+    except ValueError:
+        ok = False
+    report("stats-zero-keys", None if ok else "exit %d: %s %s" % (rc, out, err.strip()))
+
     # the same data through data.source "files" (synth's files.json) gives the same numbers
     rc, out1, _ = run(["stats", write("gqa2", GQA), "--format", "csv"])
     rc2, out2, err2 = run(["stats", os.path.join(TMP, "gqa", "files.json"), "--format", "csv"])

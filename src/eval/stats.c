@@ -88,7 +88,8 @@ int stats_compute(Stats *s, const Data *d)
     s->heads = xcalloc(L * H, sizeof *s->heads);
     double *Kb = d->rope.dims > 0 ? xmalloc(m * sizeof *Kb) : NULL;
     double *mc = xmalloc(D * sizeof *mc), *w = xmalloc(T * sizeof *w), *S = xmalloc(R * sizeof *S);
-    double *U = xmalloc(T * R * sizeof *U), *Vt = xmalloc(R * D * sizeof *Vt);
+    /* T >= D: la_svd_right (no U, blocked QR); T < D: la_svd with its small (T, T) U */
+    double *U = T < D ? xmalloc(T * R * sizeof *U) : NULL, *Vt = xmalloc(R * D * sizeof *Vt);
     int rc = 0;
     for (size_t b = 0; b < L * H && rc == 0; b++) {
         const double *K = d->K + b * m;
@@ -116,7 +117,7 @@ int stats_compute(Stats *s, const Data *d)
         } else {
             row->v[STATS_SINK] = row->v[STATS_RECENT] = NAN;
         }
-        if (la_svd(U, S, Vt, K, T, D)) rc = -1;
+        if (T < D ? la_svd(U, S, Vt, K, T, D) : la_svd_right(S, Vt, &K, &T, 1, D)) rc = -1;
         else rank_stats(S, R, &row->v[STATS_ERANK], &row->v[STATS_RANK90]);
     }
     free(Kb), free(mc), free(w), free(S), free(U), free(Vt);

@@ -12,7 +12,8 @@
  *                  the first min(4, T) tokens, with w = softmax(q K^T / sqrt(D)) (base/attention.h). NaN without
  *                  evaluation queries (N == 0).
  *   recent_mass    the same on the last ceil(T / 10) tokens (computed as (T + 9) / 10). NaN without queries.
- *   erank          the effective rank of K (Roy & Vetterli 2007): s_1..s_R the singular values of K (R = min(T, D)),
+ *   erank          the effective rank of K (Roy & Vetterli 2007): s_1..s_R the singular values of K (R = min(T, D);
+ *                  base/linalg.h: la_svd_right for T >= D, which needs no (T, D) U, else la_svd),
  *                  p_i = s_i / sum_j s_j, erank = exp(-sum_{p_i > 0} p_i ln p_i). NaN when K is all zero.
  *   rank90         the least r such that s_1^2 + ... + s_r^2 >= 0.9 * sum_i s_i^2 (the rank holding 90 % of the
  *                  energy, squared Frobenius norm); 0 when K is all zero.
