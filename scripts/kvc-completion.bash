@@ -112,6 +112,7 @@ _kvc() {
                 case "$cmd" in
                     run) COMPREPLY=($(compgen -W "table csv jsonl" -- "$cur")) ;;
                     size|bench) COMPREPLY=($(compgen -W "table csv json jsonl" -- "$cur")) ;;
+                    stats) COMPREPLY=($(compgen -W "table csv json" -- "$cur")) ;;
                     methods) COMPREPLY=($(compgen -W "text json jsonl" -- "$cur")) ;;
                     synth) COMPREPLY=($(compgen -W "npy safetensors" -- "$cur")) ;;
                 esac ;;
@@ -135,7 +136,7 @@ _kvc() {
         return
     fi
     case "$cmd" in
-        run|synth)
+        run|synth|stats)
             COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null ;;
         merge)
             COMPREPLY=($(compgen -f -X '!*.csv' -- "$cur") $(compgen -f -X '!*.jsonl' -- "$cur")

@@ -56,6 +56,7 @@ test_differential_quant.py
 test_edge.py
 test_expid.py
 test_files.py
+test_stats.py
 test_generators.py
 test_ggml.py
 test_inputs.py

@@ -143,7 +143,7 @@ def main():
         ok_case("help-cmd[%s]" % " ".join(args), args, stdout_re=r"^usage: kvc (methods|help)")
     # -h/--help is answered once for every command (src/cli/main.c): kvc CMD --help is kvc help CMD, byte for
     # byte, wherever an option may stand; a word taken as an option's value is that value
-    for cmd in ("run", "size", "methods", "bench", "merge", "synth", "help"):
+    for cmd in ("run", "size", "methods", "bench", "merge", "synth", "stats", "help"):
         _, want, _ = run(["help", cmd])
         bad = []
         for args in ([cmd, "--help"], [cmd, "-h"], [cmd, "x", "--help"], [cmd, "--format", "table", "-h"]):

@@ -75,6 +75,10 @@ c set-path-params       "$K run $P --set experiments.0.gr"            "$K run $P
 c set-after-set         "$K run $P --set experiments.0.method=$Q\"kivi\"$Q --set experiments.0.residual_r" \
                         "$K run $P --set experiments.0.method=$Q\"kivi\"$Q --set experiments.0.residual_rule="
 c set-merge-config      "$K merge --config $P --set experiments.0.b"  "$K merge --config $P --set experiments.0.bits="
+c stats-formats         "$K stats c.json --format j"                  "$K stats c.json --format json"
+c stats-options         "$K stats c.json --for"                       "$K stats c.json --format"
+c stats-set-path        "$K stats $P --set data.ke"                   "$K stats $P --set data.keys."
+c stats-command         "$K st"                                       "{stats}"
 
 # every option of every command completes (the list comes from kvc)
 bad=

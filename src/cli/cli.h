@@ -1,8 +1,8 @@
 /* cli: kvc's commands, the top layer (nothing below src/cli/ includes it; the tests link everything else).
  *
  * main.c is the command table: name, function, options, usage text, one-line summary. Each command lives in its
- * own file with its usage text and its option table: run.c, merge.c, size.c, methods.c, bench.c, synth.c and
- * help.c (kvc help, kvc --help, kvc --version); complete.c is the hidden `kvc __complete` of the shell
+ * own file with its usage text and its option table: run.c, merge.c, size.c, methods.c, bench.c, synth.c, stats.c
+ * and help.c (kvc help, kvc --help, kvc --version); complete.c is the hidden `kvc __complete` of the shell
  * completion, provenance.h what made a result file (kvc --version, FILE.meta.json). Every command reads its arguments with the one option parser,
  * opts.h; main.c answers -h/--help for all of them before the command runs.
  *
@@ -40,13 +40,14 @@ int cmd_methods(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 /* kvc __complete ...: the hidden helper of scripts/kvc-completion.bash (complete.c); not in the table. */
 int cmd_complete(int argc, char **argv);
 extern const OptSpec cmd_run_opts[], cmd_size_opts[], cmd_methods_opts[], cmd_bench_opts[], cmd_merge_opts[],
-    cmd_synth_opts[], cmd_help_opts[];
+    cmd_synth_opts[], cmd_stats_opts[], cmd_help_opts[];
 extern const char cmd_run_usage[], cmd_size_usage[], cmd_methods_usage[], cmd_bench_usage[], cmd_merge_usage[],
-    cmd_synth_usage[], cmd_help_usage[];
+    cmd_synth_usage[], cmd_stats_usage[], cmd_help_usage[];
 
 /* kvc --help (and kvc alone, on stderr): the version line, the commands and their summaries, the exit codes. */
 void cmd_usage_main(FILE *f);

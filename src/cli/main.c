@@ -30,6 +30,8 @@ const Command cmd_table[] = {
      "combine the CSV or JSONL files of shards or resumed runs, checked against the grid"},
     {"synth", cmd_synth, cmd_synth_opts, cmd_synth_usage,
      "write the data a config measures (K, V, queries) as .npy or .safetensors files"},
+    {"stats", cmd_stats, cmd_stats_opts, cmd_stats_usage,
+     "what a config's data looks like: key outliers, sink and recent attention mass, effective rank of K"},
     {"help", cmd_help, cmd_help_opts, cmd_help_usage, "show help for kvc or for one command"},
 };
 const size_t cmd_count = sizeof cmd_table / sizeof cmd_table[0];
