@@ -7,12 +7,13 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-# python3-numpy: the tests run Debian's /usr/bin/python3 with it (not a python3 first on PATH)
+# python3-numpy: the tests run Debian's /usr/bin/python3 with it (not a python3 first on PATH); python3-torch: the
+# PyTorch references of the model engine (tests/test_model_torch.py, test_model_run.py, test_stats.py) and make models
 # parallel (GNU parallel), gnuplot-nox: scripts/sweep-parallel.sh, scripts/plot-*.sh and their tests
 # slurm-wlm, munge: tests/test_slurm.sh starts a private single-node Slurm to test scripts/sweep-slurm.sh
 # man-db: man ./man/kvc.1; valgrind: the memory checks of make sanitize; bash-completion: tests/test_completion.sh
 PKGS="build-essential pkg-config libopenblas-dev liblapacke-dev libcjson-dev python3-numpy parallel gnuplot-nox
-valgrind man-db slurm-wlm munge bash-completion"
+valgrind man-db slurm-wlm munge bash-completion python3-torch"
 LOCK_WAIT=600   # seconds
 
 missing=""
