@@ -2,6 +2,7 @@
  * writing. See io_safetensors.h for what is accepted. */
 #define _FILE_OFFSET_BITS 64
 #include "io/io_safetensors.h"
+#include "base/jsongot.h"
 
 #include "base/util.h"
 
@@ -21,18 +22,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A JSON value as a short printable string for "(got ...)". */
-static void describe(char *buf, size_t cap, const cJSON *v)
-{
-    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
-    if (!s) {
-        snprintf(buf, cap, "%s", v ? "?" : "nothing");
-        return;
-    }
-    if (strlen(s) + 1 > cap && cap > 4) snprintf(buf, cap, "%.*s...", (int)(cap - 4), s);
-    else snprintf(buf, cap, "%s", s);
-    cJSON_free(s);
-}
 
 static int get_uint(const cJSON *v, size_t *out)
 {
@@ -73,9 +62,9 @@ static int entry_offsets(const char *where, const cJSON *e, uint64_t data_len, s
     const char *name = e->string;
     const cJSON *offsets = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "data_offsets") : NULL;
     char got[128];
-    describe(got, sizeof got, offsets);
+    json_got(got, sizeof got, offsets);
     if (!offsets) {
-        describe(got, sizeof got, e);
+        json_got(got, sizeof got, e);
         return kvc_fail("%s: tensor \"%s\": entry must be an object with dtype, shape and data_offsets (got %s)",
                         where, name, got);
     }
@@ -153,7 +142,7 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, c
     const char *name = e->string;
     char got[128];
     if (!cJSON_IsObject(e)) {
-        describe(got, sizeof got, e);
+        json_got(got, sizeof got, e);
         return kvc_fail("%s: tensor \"%s\": entry must be an object with dtype, shape and data_offsets (got %s)",
                         where, name, got);
     }
@@ -178,13 +167,13 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, c
     else if (!strcmp(ds, "F32")) dt = TENSOR_F32;
     else if (!strcmp(ds, "F64")) dt = TENSOR_F64;
     else {
-        describe(got, sizeof got, dtype);
+        json_got(got, sizeof got, dtype);
         return kvc_fail("%s: tensor \"%s\": unsupported dtype (got %s; expected \"F16\", \"BF16\", \"F32\" or "
                         "\"F64\")", where, name, got);
     }
 
     int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
-    describe(got, sizeof got, shape);
+    json_got(got, sizeof got, shape);
     if (ndim < 0) return kvc_fail("%s: tensor \"%s\": shape must be a list of integers (got %s)", where, name, got);
     if (ndim == 0)
         return kvc_fail("%s: tensor \"%s\": unsupported shape: 0-dimensional (scalar) tensors are not "
@@ -199,7 +188,7 @@ static int read_entry(Tensor *out, FILE *f, const char *where, const cJSON *e, c
             return kvc_fail("%s: tensor \"%s\": shape must hold integers 0..2^53 (got %s)", where, name, got);
 
     size_t begin, end, count, bytes;
-    describe(got, sizeof got, offsets);
+    json_got(got, sizeof got, offsets);
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || get_uint(offsets->child, &begin) < 0 ||
         get_uint(offsets->child->next, &end) < 0)
         return kvc_fail("%s: tensor \"%s\": data_offsets must be [begin, end], integers 0..2^53 (got %s)", where,
@@ -323,7 +312,7 @@ static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const
     const cJSON *chosen = NULL;
     char got[128];
     if (!cJSON_IsObject(root)) {
-        describe(got, sizeof got, root);
+        json_got(got, sizeof got, root);
         kvc_fail("%s: .safetensors header must be a JSON object (got %s)", where, got);
         goto done;
     }
@@ -332,7 +321,7 @@ static int read_st(Tensor *out, FILE *f, uint64_t size, const char *where, const
     for (const cJSON *it = root->child; it; it = it->next) {
         if (!strcmp(it->string, "__metadata__")) {
             if (!cJSON_IsObject(it)) {
-                describe(got, sizeof got, it);
+                json_got(got, sizeof got, it);
                 kvc_fail("%s: \"__metadata__\" must be an object of strings (got %s)", where, got);
                 goto done;
             }

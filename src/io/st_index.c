@@ -2,6 +2,7 @@
  * See st_index.h for what is checked. */
 #define _FILE_OFFSET_BITS 64
 #include "io/st_index.h"
+#include "base/jsongot.h"
 
 #include "base/half.h"
 #include "base/util.h"
@@ -37,17 +38,6 @@ static size_t dtype_size(const char *d)
     return 0;
 }
 
-static void describe(char *buf, size_t cap, const cJSON *v)
-{
-    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
-    if (!s) {
-        snprintf(buf, cap, "%s", v ? "?" : "nothing");
-        return;
-    }
-    if (strlen(s) + 1 > cap && cap > 4) snprintf(buf, cap, "%.*s...", (int)(cap - 4), s);
-    else snprintf(buf, cap, "%s", s);
-    cJSON_free(s);
-}
 
 static int get_uint(const cJSON *v, uint64_t *out)
 {
@@ -63,7 +53,7 @@ static int parse_entry(StEntry *e, const cJSON *j, const char *path, uint64_t da
     const char *name = j->string;
     char got[160];
     if (!cJSON_IsObject(j)) {
-        describe(got, sizeof got, j);
+        json_got(got, sizeof got, j);
         return kvc_fail("%s: tensor \"%s\": entry must be an object with dtype, shape and data_offsets (got %s)",
                         path, name, got);
     }
@@ -74,14 +64,14 @@ static int parse_entry(StEntry *e, const cJSON *j, const char *path, uint64_t da
         return kvc_fail("%s: tensor \"%s\": key is missing (got no \"%s\")", path, name,
                         !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     if (!cJSON_IsString(dtype) || strlen(dtype->valuestring) >= sizeof e->dtype || !dtype->valuestring[0]) {
-        describe(got, sizeof got, dtype);
+        json_got(got, sizeof got, dtype);
         return kvc_fail("%s: tensor \"%s\": dtype must be a short string such as \"F32\" (got %s)", path, name, got);
     }
     e->name = xstrdup(name);
     snprintf(e->dtype, sizeof e->dtype, "%s", dtype->valuestring);
     e->itemsize = dtype_size(e->dtype);
 
-    describe(got, sizeof got, shape);
+    json_got(got, sizeof got, shape);
     int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
     if (nd < 0 || nd > ST_INDEX_MAX_DIM)
         return kvc_fail("%s: tensor \"%s\": shape must be a list of at most %d integers (got %s)", path, name,
@@ -98,7 +88,7 @@ static int parse_entry(StEntry *e, const cJSON *j, const char *path, uint64_t da
             return kvc_fail("%s: tensor \"%s\": shape has more values than fit in memory (got %s)", path, name, got);
     }
     uint64_t begin, end;
-    describe(got, sizeof got, offs);
+    json_got(got, sizeof got, offs);
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || get_uint(offs->child, &begin) < 0 ||
         get_uint(offs->child->next, &end) < 0)
         return kvc_fail("%s: tensor \"%s\": data_offsets must be [begin, end], integers 0..2^53 (got %s)", path,

@@ -2,6 +2,7 @@
  * Everything is checked before any weight is read: the config's sizes, then every tensor's presence, dtype
  * and shape; only then are the values read, once, into one float32 arena. */
 #include "model/llama.h"
+#include "base/jsongot.h"
 
 #include "base/util.h"
 #include "io/st_index.h"
@@ -19,17 +20,6 @@
 
 /* ---- config.json ---- */
 
-static void describe(char *buf, size_t cap, const cJSON *v)
-{
-    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
-    if (!s) {
-        snprintf(buf, cap, "%s", v ? "?" : "nothing");
-        return;
-    }
-    if (strlen(s) + 1 > cap && cap > 4) snprintf(buf, cap, "%.*s...", (int)(cap - 4), s);
-    else snprintf(buf, cap, "%s", s);
-    cJSON_free(s);
-}
 
 /* A whole small text file, NUL-terminated (xmalloc'd), or NULL with kvc_fail set. */
 static char *read_text(const char *path)
@@ -91,7 +81,7 @@ static int get_size(const cJSON *o, const char *path, const char *key, size_t df
     }
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1) || v->valuedouble > MAX_DIM ||
         v->valuedouble != floor(v->valuedouble)) {
-        describe(got, sizeof got, v);
+        json_got(got, sizeof got, v);
         return kvc_fail("%s: \"%s\" must be an integer in 1..2147483647 (got %s)", path, key, got);
     }
     *out = (size_t)v->valuedouble;
@@ -110,7 +100,7 @@ static int get_pos(const cJSON *o, const char *path, const char *where, const ch
         return 0;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || (!zero_ok && v->valuedouble == 0)) {
-        describe(got, sizeof got, v);
+        json_got(got, sizeof got, v);
         return kvc_fail("%s: \"%s%s\" must be a finite number %s 0 (got %s)", path, where, key, zero_ok ? ">=" : ">",
                         got);
     }
@@ -127,7 +117,7 @@ static int get_bool(const cJSON *o, const char *path, const char *key, int dflt,
     }
     if (!cJSON_IsBool(v)) {
         char got[64];
-        describe(got, sizeof got, v);
+        json_got(got, sizeof got, v);
         return kvc_fail("%s: \"%s\" must be true or false (got %s)", path, key, got);
     }
     *out = cJSON_IsTrue(v);
@@ -140,14 +130,14 @@ static int check_arch(const cJSON *root, const char *path)
     char got[200];
     if (!arch) {
         if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama")) return 0;
-        describe(got, sizeof got, mt);
+        json_got(got, sizeof got, mt);
         return kvc_fail("%s: no \"architectures\" and \"model_type\" is not \"llama\": kvc runs LlamaForCausalLM "
                         "models (got \"model_type\": %s)", path, got);
     }
     if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) == 1 && cJSON_IsString(arch->child) &&
         !strcmp(arch->child->valuestring, "LlamaForCausalLM"))
         return 0;
-    describe(got, sizeof got, arch);
+    json_got(got, sizeof got, arch);
     return kvc_fail("%s: \"architectures\": %s is not supported: kvc runs [\"LlamaForCausalLM\"] (got %s)", path, got,
                     got);
 }
@@ -169,7 +159,7 @@ static int read_rope(LlamaConfig *c, const cJSON *root, const char *path)
     c->rope_type = LLAMA_ROPE_DEFAULT;
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) {
-        describe(got, sizeof got, rs);
+        json_got(got, sizeof got, rs);
         return kvc_fail("%s: \"%s\" must be null or an object (got %s)", path, params ? "rope_parameters" :
                         "rope_scaling", got);
     }
@@ -193,7 +183,7 @@ static int read_rope(LlamaConfig *c, const cJSON *root, const char *path)
                             where, c->rope_high_freq_factor, c->rope_low_freq_factor);
         return 0;
     }
-    describe(got, sizeof got, type);
+    json_got(got, sizeof got, type);
     return kvc_fail("%s: rope scaling type %s is not supported: kvc knows \"default\", \"linear\" and \"llama3\" "
                     "(got %s)", path, got, got);
 }
@@ -230,7 +220,7 @@ static int parse_config(LlamaConfig *c, const cJSON *root, const char *path)
     const cJSON *act = item(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu"))) {
         char got[64];
-        describe(got, sizeof got, act);
+        json_got(got, sizeof got, act);
         return kvc_fail("%s: \"hidden_act\" must be \"silu\" (got %s)", path, got);
     }
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
@@ -322,7 +312,7 @@ static int weights_open(Weights *w, const char *dir)
     w->map = cJSON_GetObjectItemCaseSensitive(w->index, "weight_map");
     if (!cJSON_IsObject(w->map)) {
         char got[64];
-        describe(got, sizeof got, w->map);
+        json_got(got, sizeof got, w->map);
         return kvc_fail("%s: \"weight_map\" must be an object of tensor name -> file (got %s)", index, got);
     }
     size_t cap = (size_t)cJSON_GetArraySize(w->map) + 1;
@@ -343,7 +333,7 @@ static int weights_find(Weights *w, const char *name, StFile **file, const StEnt
         if (!cJSON_IsString(s) || !s->valuestring[0] || strchr(s->valuestring, '/') ||
             !strcmp(s->valuestring, "..")) {
             char got[80];
-            describe(got, sizeof got, s);
+            json_got(got, sizeof got, s);
             return kvc_fail("%s: tensor \"%s\": the shard must be a file name in the model directory (got %s)",
                             w->where, name, got);
         }
