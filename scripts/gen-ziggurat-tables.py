@@ -7,7 +7,8 @@ are copied from a text dump: a header line "ki_double ..." and 256 decimal integ
 and 256 C99 hex floats, then "fi_double ..." and 256 hex floats (771 lines).
 
 Usage: scripts/gen-ziggurat-tables.py TABLES.txt > src/base/rng_tables.c
-(the dump used is /work/shared/reference/ziggurat_tables.txt, see the kvc numpy-rng reference).
+(the dump used is ../shared/reference/ziggurat_tables.txt from the repository root, see the kvc numpy-rng
+reference).
 Each value is checked (count, range, parseable hex float) and written exactly as in the dump.
 """
 import sys
