@@ -184,3 +184,10 @@ const char *opt_nearest(const char *word, const char *const *names, size_t n, si
     }
     return bd <= max_dist ? best : NULL;
 }
+
+int opt_config_path(const char *cmd, const char *v, const char **path)
+{
+    if (*path) return kvc_fail("%s: only one config file is accepted (got \"%s\" after \"%s\")", cmd, v, *path);
+    *path = v;
+    return 0;
+}

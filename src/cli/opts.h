@@ -56,6 +56,9 @@ int opt_help_asked(int argc, char **argv, const OptSpec *spec);
 
 /* s as a decimal integer in lo..hi. Returns 0, or -1 with kvc_fail("<where>: must be an integer in lo..hi
  * (got \"s\")"); where names the option ("run: --threads", p->where). */
+/* The command's one positional argument, the config file: *path = v, or -1 with kvc_fail set when one was given
+ * already ("<cmd>: only one config file is accepted"). */
+int opt_config_path(const char *cmd, const char *v, const char **path);
 int opt_uint(const char *s, const char *where, uint64_t lo, uint64_t hi, uint64_t *out);
 int opt_size(const char *s, const char *where, size_t lo, size_t hi, size_t *out);   /* the same, in size_t */
 

@@ -151,11 +151,7 @@ int cmd_run(int argc, char **argv)
         case OPT_ERROR:
             goto usage;
         case OPT_ARG:   /* CONFIG.json */
-            if (path) {
-                kvc_fail("run: only one config file is accepted (got \"%s\" after \"%s\")", v, path);
-                goto usage;
-            }
-            path = v;
+            if (opt_config_path("run", v, &path)) goto usage;
             break;
         case RUN_SET:
             sets[n_sets++] = (char *)v;

@@ -145,11 +145,7 @@ int cmd_stats(int argc, char **argv)
         case OPT_ERROR:
             goto usage;
         case OPT_ARG:
-            if (path) {
-                kvc_fail("stats: only one config file is accepted (got \"%s\" after \"%s\")", v, path);
-                goto usage;
-            }
-            path = v;
+            if (opt_config_path("stats", v, &path)) goto usage;
             break;
         case STATS_OPT_SET:
             sets[n_sets++] = (char *)v;

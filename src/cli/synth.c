@@ -51,11 +51,7 @@ int cmd_synth(int argc, char **argv)
         case OPT_ERROR:
             goto usage;
         case OPT_ARG:   /* CONFIG.json */
-            if (path) {
-                kvc_fail("synth: only one config file is accepted (got \"%s\" after \"%s\")", v, path);
-                goto usage;
-            }
-            path = v;
+            if (opt_config_path("synth", v, &path)) goto usage;
             break;
         case SYNTH_SET:
             sets[n_sets++] = (char *)v;

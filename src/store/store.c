@@ -397,41 +397,20 @@ static void int_read(float *y, const StoreTensor *st, size_t t)
 
 /* ggml blocks: the published row quantizers (float32 input) and their read-back */
 
-static void q8_0_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_q8_0((StoreBlockQ8_0 *)(void *)row_of(st, t), xf, st->W);
-}
-
-static void q4_0_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_q4_0((StoreBlockQ4_0 *)(void *)row_of(st, t), xf, st->W);
-}
-
-static void q4_1_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_q4_1((StoreBlockQ4_1 *)(void *)row_of(st, t), xf, st->W);
-}
-
-static void q5_0_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_q5_0((StoreBlockQ5_0 *)(void *)row_of(st, t), xf, st->W);
-}
-
-static void q5_1_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_q5_1((StoreBlockQ5_1 *)(void *)row_of(st, t), xf, st->W);
-}
-
-static void iq4_nl_row(StoreTensor *st, size_t t, const double *xd, const float *xf)
-{
-    (void)xd;
-    store_quantize_row_iq4_nl((StoreBlockIQ4_NL *)(void *)row_of(st, t), xf, st->W);
-}
+/* one row = one call of ggml's published quantizer, on the float32 input */
+#define GGML_ROW(name, Block)                                                                    \
+    static void name##_row(StoreTensor *st, size_t t, const double *xd, const float *xf)         \
+    {                                                                                            \
+        (void)xd;                                                                                \
+        store_quantize_row_##name((StoreBlock##Block *)(void *)row_of(st, t), xf, st->W);        \
+    }
+GGML_ROW(q8_0, Q8_0)
+GGML_ROW(q4_0, Q4_0)
+GGML_ROW(q4_1, Q4_1)
+GGML_ROW(q5_0, Q5_0)
+GGML_ROW(q5_1, Q5_1)
+GGML_ROW(iq4_nl, IQ4_NL)
+#undef GGML_ROW
 
 static void q8_0_read(float *y, const StoreTensor *st, size_t t)
 {
