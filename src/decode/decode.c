@@ -558,13 +558,6 @@ void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode)
 int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
                      const float *q, int threads, int repeat, DecodeMode mode)
 {
-    double mad;
-    return decode_time_pair_mad(ns_a, ns_b, &mad, a, b, Hq, q, threads, repeat, mode);
-}
-
-int decode_time_pair_mad(double *ns_a, double *ns_b, double *mad_a, const DecodeCache *a, const DecodeCache *b,
-                         size_t Hq, const float *q, int threads, int repeat, DecodeMode mode)
-{
     if (repeat < 1) return kvc_fail("decode: repeat must be at least 1 (got %d)", repeat);
     if (a->L != b->L || a->D != b->D)
         return kvc_fail("decode: the two caches must have the same layers and head dim (got L %zu / %zu, D %zu / %zu)",
@@ -592,8 +585,6 @@ int decode_time_pair_mad(double *ns_a, double *ns_b, double *mad_a, const Decode
     }
     *ns_a = 1e9 * median(ta, (size_t)repeat);
     *ns_b = 1e9 * median(tb, (size_t)repeat);
-    for (int r = 0; r < repeat; r++) ta[r] = fabs(1e9 * ta[r] - *ns_a);   /* median() reordered ta: no matter */
-    *mad_a = median(ta, (size_t)repeat);
     free(ta);
     free(tb);
     free(out);

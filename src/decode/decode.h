@@ -99,17 +99,12 @@ unsigned decoder_tiled(const Decoder *d);
  * (one step of a, one step of b); *ns_a, *ns_b = the median step time of each in nanoseconds. Both caches
  * have the same L and D and Hq query heads; q is (L, Hq, D). mode DECODE_KEYS for keys-only caches.
  * Returns 0, or -1 with kvc_fail set (bad cache).
- * a and b may differ in Hkv, T, formats and residual. This is the hook for `kvc run`'s decode_ns /
- * decode_speedup columns: a method that stores its K/V as StoreTensors (one per layer and KV head; an eviction
- * method passes its kept rows, T = kept; KIVI its quantized rows plus the FP16 residual) is timed as a against
- * b = f16 tensors of the exact K/V, and decode_speedup = ns_b / ns_a. Alternating the steps exposes both to
- * the same machine noise. */
+ * a and b may differ in Hkv, T, formats and residual (an eviction's kept rows, T = kept; KIVI's quantized rows
+ * plus its FP16 residual). Alternating the steps exposes both to the same machine noise. (kvc run's decode_ns
+ * columns do not use it: src/eval/timing.c times each stored form on its own within a time budget and the FP16
+ * cache once per run.) */
 int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const DecodeCache *b, size_t Hq,
                      const float *q, int threads, int repeat, DecodeMode mode);
-/* The same, and *mad_a = the median absolute deviation of a's step times from their median, in nanoseconds
- * (kvc run's decode_ns_mad: the spread of decode_ns, as hyperfine gives one with every time). */
-int decode_time_pair_mad(double *ns_a, double *ns_b, double *mad_a, const DecodeCache *a, const DecodeCache *b,
-                         size_t Hq, const float *q, int threads, int repeat, DecodeMode mode);
 
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8 };
