@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,15 @@ def main():
         ids = list(text[:C + N + 1])
         path, rows = compare("text", tmp, cfg, W, ids, {"source": "model", "model": "byte", "text": "t.txt",
                                                        "context": C, "continuation": N, "observe": {"window": WIN}})
+
+        # the note of what the model's run measured: C prefill tokens, N decoded, positive rates; -q silences it
+        r = subprocess.run([KVC, "run", path, "--no-timing", "--format", "csv"], capture_output=True, text=True)
+        m = re.search(r"model: prefill (\d+) tokens in ([0-9.]+) s \((\d+) tokens/s, sgemm ([0-9.]+) GFLOP/s\); "
+                      r"reference decode (\d+) tokens in ([0-9.]+) s \((\d+) tokens/s\)", r.stderr)
+        rq = subprocess.run([KVC, "run", path, "--no-timing", "-q"], capture_output=True, text=True)
+        checks.report("model-run-speed-note", None if m and int(m.group(1)) == C and int(m.group(5)) == N and
+                      float(m.group(4)) > 0 and int(m.group(3)) > 0 and "prefill" not in rq.stderr else
+                      "stderr %r, with -q %r" % (r.stderr, rq.stderr))
 
         # kvc synth -o DIR: the captured tensors, and the files config that studies them without the model
         out = os.path.join(tmp, "captured")

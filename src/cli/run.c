@@ -7,6 +7,7 @@
 #include "cli/provenance.h"
 #include "config/config.h"
 #include "data/load.h"
+#include "data/model_source.h"
 #include "data/synth.h"
 #include "eval/evaluate.h"
 #include "eval/memory.h"
@@ -252,6 +253,11 @@ int cmd_run(int argc, char **argv)
         data_free(&d);
         config_free(&cfg);
         goto usage;
+    }
+    if (d.model && !so.quiet) {   /* what the model's own run measured (README "A real model in the loop") */
+        char speed[256];
+        model_source_speed(speed, sizeof speed, d.model);
+        sweep_note(sw, "kvc: note: %s: model: %s", path, speed);
     }
     /* --out FILE: FILE.meta.json says what made the rows (provenance.h), written now and again at the end */
     cJSON *prov = so.out ? run_provenance(path, sets, n_sets, fmt, fmt_given, per_head, timing, threads, repeat, &so)

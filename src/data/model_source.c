@@ -64,7 +64,7 @@ int model_source_make(Data *d, const Config *cfg)
     float *Kf = xmalloc(kv * sizeof *Kf), *Vf = xmalloc(kv * sizeof *Vf);
     float *Of = W ? xmalloc(L * Hq * W * D * sizeof *Of) : NULL;
     LlamaCapture cap = {Kf, Vf, Of, C - W};
-    int rc = llama_prefill(&ms->model, ms->tokens, C, &cap, NULL, 0, &ms->stats);
+    int rc = llama_prefill(&ms->model, ms->tokens, C, &cap, NULL, 0, &ms->prefill);
     float *Qf = NULL, *logits = NULL;
     LlamaRows *rows = NULL;
     if (rc == 0) {
@@ -74,7 +74,7 @@ int model_source_make(Data *d, const Config *cfg)
         Qf = xmalloc(L * Hq * N * D * sizeof *Qf);
         logits = xmalloc(N * V * sizeof *logits);
         LlamaCapture qcap = {NULL, NULL, Qf, 0};
-        rc = llama_continue(&ms->model, &cache, ms->tokens + C, N, logits, &qcap, &ms->stats);
+        rc = llama_continue(&ms->model, &cache, ms->tokens + C, N, logits, &qcap, &ms->decode);
     }
     if (rc == 0) {
         d->L = L;
@@ -176,4 +176,15 @@ void model_rows_free(LlamaRows *rows, size_t n)
         free((void *)rows[i].V);
         free((void *)rows[i].pos);
     }
+}
+
+static double per_second(double x, double seconds) { return seconds > 0 ? x / seconds : 0; }
+
+void model_source_speed(char *buf, size_t size, const ModelSource *ms)
+{
+    const LlamaStats *p = &ms->prefill, *d = &ms->decode;
+    snprintf(buf, size, "prefill %zu tokens in %.3f s (%.0f tokens/s, sgemm %.1f GFLOP/s); reference decode %zu "
+             "tokens in %.3f s (%.0f tokens/s)", p->tokens, p->seconds, per_second((double)p->tokens, p->seconds),
+             per_second(p->sgemm_flops, p->sgemm_seconds) / 1e9, d->tokens, d->seconds,
+             per_second((double)d->tokens, d->seconds));
 }

@@ -39,7 +39,8 @@ typedef struct ModelSource {
     double ref_nll;      /* mean reference NLL of the targets x[C+1..C+N] */
     size_t *answers;     /* (n_answers) continuation offsets j of the answers x[C+j] (data.answers), or NULL */
     size_t n_answers;
-    LlamaStats stats;    /* the prefill and the reference decode */
+    LlamaStats prefill;  /* the prefill of the context (kvc run's note: tokens/s, sgemm GFLOP/s) */
+    LlamaStats decode;   /* the reference decode of the continuation */
 } ModelSource;
 
 /* Fills d from cfg (cfg->from_model) as above, with d->model owning the ModelSource. 0, or -1 with kvc_fail set
@@ -58,5 +59,9 @@ int model_source_score(double out[5], const ModelSource *ms, const LlamaRows *ro
 void model_rows_set(LlamaRows *r, const double *K, const double *V, const size_t *kept, size_t n_kept, size_t T,
                     size_t D);
 void model_rows_free(LlamaRows *rows, size_t n);   /* n entries; safe on zeroed entries */
+
+/* One line for a user (no newline): "prefill C tokens in S s (R tokens/s, sgemm G GFLOP/s); reference decode N
+ * tokens in S s (R tokens/s)", measured when the data was made. */
+void model_source_speed(char *buf, size_t size, const ModelSource *ms);
 
 #endif
