@@ -112,11 +112,8 @@ for r, label in zip(rows, short_labels(rows)):
         skipped.append(str(r["method"]))
         continue
     points.append((str(r["method"]), x, y, label))
-if skipped:
-    note("left out %d of %d rows whose %s or %s is empty, zero, negative or not finite (%s)"
-         % (len(skipped), len(rows), xcol, ycol, ", ".join(plotlib.ordered(set(skipped)))))
 if not points:
-    die("no row of %s has a positive finite %s and %s to plot" % (src, xcol, ycol))
+    die("no row of %s has a positive finite %s and %s to plot (%d rows)" % (src, xcol, ycol, len(rows)))
 
 
 def ranks(v):
@@ -163,14 +160,17 @@ for name, members in groups:
     r = spearman([p[1] for p in members], [p[2] for p in members])
     rho[name] = (r, len(members))
     lines.append("%s: rho=%s n=%d" % (name, "undefined" if r is None else "%.17g" % r, len(members)))
-for line in lines:
-    note(line)
 if opts["stats"]:
     try:
         with open(opts["stats"], "w") as f:
             f.write("\n".join(lines) + "\n")
     except OSError as e:
         die("cannot write %s: %s" % (opts["stats"], e.strerror))
+if skipped:
+    note("left out %d of %d rows whose %s or %s is empty, zero, negative or not finite (%s)"
+         % (len(skipped), len(rows), xcol, ycol, ", ".join(plotlib.ordered(set(skipped)))))
+for line in lines:
+    note(line)
 
 
 def rho_text(name):
