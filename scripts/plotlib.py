@@ -1,4 +1,4 @@
-"""plotlib: what scripts/plot-pareto.sh and scripts/plot-sweep.sh share.
+"""plotlib: what scripts/plot-pareto.sh, scripts/plot-sweep.sh and scripts/plot-attn-kl.sh share.
 
 - reading kvc's results (CSV or JSON lines) and their numbers;
 - the method families: which family each method belongs to (FAMILIES, the one table to extend when kvc gains a

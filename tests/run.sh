@@ -40,6 +40,7 @@ test_completion.sh
 test_decode_bench.sh
 test_layout.sh
 test_plot.sh
+test_plot_attn_kl.sh
 test_results.sh
 test_sweep.sh
 test_slurm.sh
