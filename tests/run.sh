@@ -64,6 +64,7 @@ test_inputs.py
 test_lesson.py
 test_lowrank_qr.py
 test_model_run.py
+test_model_recall.py
 test_model_torch.py
 test_oracle_lesson.py
 test_peers.py
