@@ -16,8 +16,9 @@ peak, gradient clipping 1.0; phase A at 512 tokens x 8 sequences, phase B at 230
 layer recomputed in the backward pass) so that every position up to 2304 is trained (kvc runs 2048 + 128).
 Batches are random windows of the training text drawn with numpy's PCG64 seeded by --seed; torch is seeded too
 and limited to --threads cores. The loop stops early, and says so, if it would pass --time-limit minutes.
-Budget: measured on a loaded machine, one phase-A step costs at most 3 CPU-seconds and one phase-B step 14
-(single thread), so the default 300 + 40 steps need at most about 24 minutes on one core, less on two.
+Budget: --time-limit (27 minutes) bounds the loop; phase A ends early when less than --reserve-b (8) minutes of
+it are left, so that the long-sequence phase B always runs (positions past seq-a are trained only there).
+README.md and train.log say how many steps of each phase ran.
 
 Output (HF layout, loadable by kvc's engine and by transformers): OUT/config.json, OUT/model.safetensors (F16
 unless --dtype F32), OUT/train.log (every line printed), OUT/README.md (data, licence, command, seed, result).
@@ -151,6 +152,8 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--dtype", choices=("F16", "F32"), default="F16")
     ap.add_argument("--time-limit", type=float, default=27.0, help="minutes; the loop stops early past it")
+    ap.add_argument("--reserve-b", type=float, default=8.0,
+                    help="minutes of --time-limit kept for phase B: phase A ends early past time-limit - reserve-b")
     ap.add_argument("--smoke", action="store_true", help="a tiny configuration that runs in seconds (for tests)")
     a = ap.parse_args()
     if a.smoke:
@@ -180,13 +183,20 @@ def main():
     rng = np.random.Generator(np.random.PCG64(a.seed))
     total = a.steps_a + a.steps_b
     warmup = max(1, min(100, total // 10))
-    stopped = None
+    stopped, done_a = None, a.steps_a
     seen = 0
-    for step in range(total):
+    step = 0
+    while step < total:
         if log.elapsed() > a.time_limit * 60:
             stopped = step
             log("time limit of %.1f minutes reached: stopping after %d of %d steps" % (a.time_limit, step, total))
             break
+        if step < a.steps_a and a.steps_b and log.elapsed() > (a.time_limit - a.reserve_b) * 60:
+            done_a = step
+            log("phase A ends after %d of %d steps: %.1f minutes of the limit are kept for phase B (the learning "
+                "rate schedule goes on from step %d)" % (step, a.steps_a, a.reserve_b, a.steps_a))
+            step = a.steps_a
+            continue
         T, B = (a.seq_a, a.batch_a) if step < a.steps_a else (a.seq_b, a.batch_b)
         starts = rng.integers(0, len(train) - T - 1, size=B)
         batch = torch.from_numpy(np.stack([train[s:s + T + 1] for s in starts]).astype(np.int64))
@@ -206,6 +216,7 @@ def main():
         if (step + 1) % 100 == 0:
             log("step %d: held-out %.4f bits/byte (first 8 windows of %d)" %
                 (step + 1, bits_per_byte(model, held, a.seq_b, 8), a.seq_b))
+        step += 1
 
     readme_tail = []
     lt.save_model(a.out, model, a.dtype)
@@ -214,8 +225,11 @@ def main():
     log("saved %s/model.safetensors (%s) and config.json" % (a.out, a.dtype))
     log("held-out: %.4f bits/byte over %d bytes (saved weights); train sample: %.4f bits/byte" %
         (bpb, len(held), bpb_train))
-    log("training time %.1f minutes%s" % (log.elapsed() / 60, "" if stopped is None else
-                                          ", stopped by the time limit at step %d" % stopped))
+    done_b = max(0, (total if stopped is None else stopped) - a.steps_a)
+    if stopped is not None and stopped < a.steps_a:
+        done_a, done_b = stopped, 0
+    log("training time %.1f minutes: %d phase-A steps, %d phase-B steps%s" % (
+        log.elapsed() / 60, done_a, done_b, "" if stopped is None else ", stopped by the time limit"))
     readme = """# lm: kvc's byte-level Llama language model
 
 Trained by `scripts/train_lm.py` (kvc). Hugging Face layout: `config.json`, `model.safetensors` ({dtype}).
@@ -227,13 +241,14 @@ A token is a byte of UTF-8 text (vocab 256, no special tokens).
   {version}, licence GPL-2.0+ or CC-BY-SA-3.0; the English HTML pages as plain text ({nbytes} bytes, sha256
   {sha}); the last 5 % held out.
 - Command: `{cmd}` (seed {seed}, torch {torch}, {threads} threads).
-- Steps: {steps} ({sa} at {seqa} x {ba}, then {sb} at {seqb} x {bb}){stopped}; {minutes:.1f} minutes.
+- Steps: {sa} of the planned {pa} at {seqa} x {ba}, then {sb} of the planned {pb} at {seqb} x {bb}{stopped};
+  {minutes:.1f} minutes.
 - Held-out: **{bpb:.4f} bits per byte** ({nheld} bytes, windows of {seqb}, saved weights).
 - Log: `train.log`.
 """.format(dtype=a.dtype, hidden=a.hidden, layers=a.layers, heads=a.heads, kv=a.kv_heads, hd=a.hidden // a.heads,
            inter=a.inter, maxpos=a.seq_b, params=n_params, pkg=PACKAGE, version=version, nbytes=len(data), sha=sha,
            cmd=lt.command_line(), seed=a.seed, torch=torch.__version__, threads=a.threads,
-           steps=total if stopped is None else stopped, sa=a.steps_a, seqa=a.seq_a, ba=a.batch_a, sb=a.steps_b,
+           sa=done_a, pa=a.steps_a, seqa=a.seq_a, ba=a.batch_a, sb=done_b, pb=a.steps_b,
            seqb=a.seq_b, bb=a.batch_b, stopped="" if stopped is None else " (stopped by the time limit)",
            minutes=log.elapsed() / 60, bpb=bpb, nheld=len(held))
     with open(os.path.join(a.out, "README.md"), "w") as f:
