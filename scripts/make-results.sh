@@ -52,12 +52,15 @@ echo "wrote results/pareto.png" >&2
 write results/model-lm.txt $KVC run configs/model-lm.json --no-timing
 # A Llama-3-8B-shaped cache (data.shape, 32 layers, 8 KV / 32 query heads, D 128) at 4096 tokens: every family at
 # about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 3.5 minutes and 7.5 GB on 2 cores;
-# KVC_RESULTS_QUICK=1 leaves it out.
+# KVC_RESULTS_QUICK=1 leaves it and the retrieval table out.
 if [ -z "${KVC_RESULTS_QUICK:-}" ]; then
     write results/pareto-llama.csv $KVC run configs/sweep-llama.json --no-timing --format csv -q
     scripts/plot-pareto.sh results/pareto-llama.csv results/pareto-llama.png \
         --title "Llama-3-8B shape (32 layers, 8 KV / 32 query heads, D 128), T 4096: attention error vs bytes"
     echo "wrote results/pareto-llama.png" >&2
+    # The retrieval model models/recall (scripts/train_recall.py): recall_acc per method at contexts 512, 1024 and
+    # 2048, 16 sequences each (48 runs of configs/model-recall.json, about a minute).
+    write results/model-recall.txt scripts/model-recall.sh configs/model-recall.json
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 $KVC run configs/sweep-pareto.json --no-timing --out "$tmp/pareto.jsonl" -q
