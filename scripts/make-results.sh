@@ -48,8 +48,13 @@ write results/pareto.csv     $KVC run configs/sweep-pareto.json --no-timing --fo
 scripts/plot-pareto.sh results/pareto.csv results/pareto.png \
     --title "KV-cache compression: attention error vs bytes (configs/sweep-pareto.json)"
 echo "wrote results/pareto.png" >&2
-# A real model in the loop: models/lm (scripts/train_lm.py) over 448 tokens of held-out text, 63 decoded.
-write results/model-lm.txt $KVC run configs/model-lm.json --no-timing
+# A real model in the loop: models/lm (scripts/train_lm.py) over 2048 tokens of held-out text, 128 decoded; every
+# row's attention error against its lm_kl (results/attn-vs-kl.png, the rank correlations in results/attn-vs-kl.txt).
+write results/model-lm.txt $KVC run configs/model-lm.json --no-timing -q
+write results/model-lm.csv $KVC run configs/model-lm.json --no-timing -q --format csv
+scripts/plot-attn-kl.sh results/model-lm.csv results/attn-vs-kl.png --stats results/attn-vs-kl.txt \
+    --title "models/lm, configs/model-lm.json: attention error vs the model's KL divergence, per method"
+echo "wrote results/attn-vs-kl.png and results/attn-vs-kl.txt" >&2
 # A Llama-3-8B-shaped cache (data.shape, 32 layers, 8 KV / 32 query heads, D 128) at 4096 tokens: every family at
 # about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 3.5 minutes and 7.5 GB on 2 cores;
 # KVC_RESULTS_QUICK=1 leaves it and the retrieval table out.
