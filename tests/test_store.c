@@ -274,6 +274,62 @@ static void test_int_codes(void)
     free(y);
 }
 
+/* intN codes at and next to rounding ties: the coder's fast path (store.c intn_code_values multiplies by 1 / sc
+ * and divides only near a half-integer) must give exactly rint((x - mn) / sc) clamped, the scalar definition,
+ * computed here with the division. Rows: for several scales, x = mn + (k + 1/2) sc and its two neighbours
+ * (nextafter) for every pair of neighbouring levels k, k + 1, plus a NaN (code 0; the parameters skip it). */
+static void test_intn_near_ties(void)
+{
+    const double scales[] = {0.1, 1.0 / 3.0, 0.0123, 7.77e-3, 1e5, 3e-200, 1.0, 0.75};
+    int ok = 1;
+    char why[256] = "";
+    for (int asym = 0; asym < 2; asym++)
+        for (int bits = 2; bits <= 8; bits++)
+            for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+                double levels = asym ? (double)((1 << bits) - 1) : (double)((1 << (bits - 1)) - 1);
+                double lo = asym ? 0.0 : -levels, s0 = scales[si], base = asym ? -5.25 * s0 : 0.0;
+                size_t W = 0, cap = 3 * (size_t)(2 * levels + 3) + 8;
+                double *x = xmalloc(cap * sizeof *x);
+                x[W++] = base + levels * s0;               /* sets the max (and with base, the min) */
+                if (asym) x[W++] = base;
+                /* the scale and min the coder will use, computed as store.c's parameter pass does */
+                double hi = asym ? x[0] : fabs(x[0]), mn = asym ? base : 0.0;
+                double sc = asym ? (hi - mn) / levels : hi / levels;
+                for (double k = lo; k < levels; k++) {   /* inside [min, max]: the parameters stay */
+                    double t = mn + (k + 0.5) * sc;
+                    x[W++] = t;
+                    x[W++] = nextafter(t, INFINITY);
+                    x[W++] = nextafter(t, -INFINITY);
+                }
+                x[W++] = NAN;
+                StoreTensor st;
+                store_alloc(&st, store_intn_format(bits, asym, STORE_AXIS_TOKEN, 0, STORE_SCALE_F32), 1, W);
+                double exact[2];
+                store_quantize_intn_unrounded_f64(&st, x, exact);
+                if (exact[0] != sc || (asym && exact[1] != mn)) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "bits %d asym %d scale %g: parameters %.17g %.17g, expected %.17g %.17g",
+                             bits, asym, s0, exact[0], exact[1], sc, mn);
+                }
+                int off = asym ? 0 : 1 << (bits - 1);
+                for (size_t j = 0; j < W && ok; j++) {
+                    double y = (x[j] - mn) / sc, q = 0.0;
+                    if (!isnan(y)) q = fmin(fmax(rint(y), lo), levels);
+                    size_t o = j * (size_t)bits;
+                    unsigned w = st.codes[o / 8] | (o / 8 + 1 < st.code_bytes ? (unsigned)st.codes[o / 8 + 1] << 8 : 0u);
+                    unsigned got = (w >> (o % 8)) & ((1u << bits) - 1u);
+                    if (got != (unsigned)((int)q + off)) {
+                        ok = 0;
+                        snprintf(why, sizeof why, "bits %d asym %d scale %g: x[%zu] = %.17g gave code %u, expected %d",
+                                 bits, asym, s0, j, x[j], got, (int)q + off);
+                    }
+                }
+                store_free(&st);
+                free(x);
+            }
+    check(ok, "store-intn-codes-near-ties", "%s", why);
+}
+
 /* Low rank: dequantize = C' B' for f16 coefficients. */
 static void test_lowrank(void)
 {
@@ -545,6 +601,7 @@ int main(int argc, char **argv)
     test_f32_f64();
     test_half_paths();
     test_int_codes();
+    test_intn_near_ties();
     test_lowrank();
     test_half_double_bits();
     test_traits();

@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* ---- FP8 element conversions (the 16-bit ones are src/base/half.c's) ---------------------------------- */
 
@@ -645,6 +648,54 @@ static void intn_group_params(const StoreTensor *st, const double *exact, size_t
     *mn = !st->fmt.asym ? 0.0 : exact ? exact[2 * k + 1] : intn_get_param(st, st->n_groups + k);
 }
 
+/* The shifted codes q + off of x[0..n) for one scale and min: q = rint((x - mn) / sc) clamped to [lo, levels],
+ * 0 for NaN (mn = 0 when symmetric: x - 0 is x exactly, so the symmetric codes are rint(x / sc)).
+ * Division is the cost (a divpd per two numbers), so two lanes at a time with SSE2 (x86-64 always has it) first
+ * try y' = (x - mn) * (1 / sc): y' is within 2^-52 |y| of y = (x - mn) / sc (two roundings), so below 2^20
+ * they round to the same integer unless y' lies within 2.4e-10 of a half-integer. A pair with a lane within
+ * 1e-9 of one (a tie of y included), or not below 2^20 in magnitude (NaN, infinity), is divided exactly as the
+ * scalar loop does. Every code is the scalar loop's: tests/test_store.c checks ties and near-ties. */
+static void intn_code_values(uint8_t *out, const double *x, size_t n, double sc, double mn, double lo,
+                             double levels, int off)
+{
+    size_t j = 0;
+#ifdef __SSE2__
+    const __m128d vsc = _mm_set1_pd(sc), vmn = _mm_set1_pd(mn), vlo = _mm_set1_pd(lo), vhi = _mm_set1_pd(levels);
+    const __m128d big = _mm_set1_pd(0x1p52), sign = _mm_set1_pd(-0.0), rcp = _mm_set1_pd(1.0 / sc);
+    const __m128d half = _mm_set1_pd(0.5), near = _mm_set1_pd(1e-9), safe = _mm_set1_pd(0x1p20);
+    for (; j + 2 <= n; j += 2) {
+        __m128d d = _mm_sub_pd(_mm_loadu_pd(x + j), vmn);
+        __m128d y = _mm_mul_pd(d, rcp);
+        __m128d a = _mm_andnot_pd(sign, y);
+        __m128d r = _mm_sub_pd(_mm_add_pd(a, big), big);                 /* rint(|y|), |y| < 2^20 here */
+        __m128d frac = _mm_andnot_pd(sign, _mm_sub_pd(_mm_andnot_pd(sign, _mm_sub_pd(a, r)), half));
+        __m128d sure = _mm_and_pd(_mm_cmplt_pd(a, safe), _mm_cmpge_pd(frac, near));
+        if (_mm_movemask_pd(sure) != 3) {   /* a near-tie, a large or a non-finite value: divide */
+            y = _mm_div_pd(d, vsc);
+            a = _mm_andnot_pd(sign, y);
+            r = _mm_sub_pd(_mm_add_pd(a, big), big);
+            __m128d small = _mm_cmplt_pd(a, big);
+            r = _mm_or_pd(_mm_and_pd(small, r), _mm_andnot_pd(small, a));
+        }
+        __m128d q = _mm_or_pd(r, _mm_and_pd(sign, y));                   /* copysign(rint|y|, y) */
+        q = _mm_min_pd(_mm_max_pd(q, vlo), vhi);                         /* NaN lanes: masked below */
+        q = _mm_and_pd(q, _mm_cmpord_pd(y, y));
+        __m128i c = _mm_cvttpd_epi32(q);
+        out[j] = (uint8_t)(_mm_cvtsi128_si32(c) + off);
+        out[j + 1] = (uint8_t)(_mm_cvtsi128_si32(_mm_srli_si128(c, 4)) + off);
+    }
+#endif
+    for (; j < n; j++) {
+        double y = (x[j] - mn) / sc, q = 0.0;
+        if (!isnan(y)) {
+            q = round_even(y);
+            if (q > levels) q = levels;
+            if (q < lo) q = lo;
+        }
+        out[j] = (uint8_t)((int)q + off);
+    }
+}
+
 /* Codes of x[0..n) with one scale and min, ORed into the stream from bit `bit0` (b bits each). */
 static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t n, double sc, double mn, int asym,
                            int b)
@@ -655,15 +706,15 @@ static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t 
         for (size_t j = 0, o = bit0; j < n; j++, o += (size_t)b) codes[o / 8] |= (uint8_t)(off << (o % 8));
         return;
     }
-    for (size_t j = 0; j < n; j++) {
-        double v = x[j], q = 0.0;
-        if (!isnan(v)) {
-            q = round_even(asym ? (v - mn) / sc : v / sc);
-            if (q > levels) q = levels;
-            if (q < lo) q = lo;
-        }
-        size_t o = bit0 + j * (size_t)b;
-        codes[o / 8] |= (uint8_t)(((unsigned)((int)q + off)) << (o % 8));
+    uint8_t q[256];
+    for (size_t j0 = 0; j0 < n; j0 += sizeof q) {
+        size_t m = n - j0 < sizeof q ? n - j0 : sizeof q;
+        intn_code_values(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
+        size_t o = bit0 + j0 * (size_t)b;
+        if (b == 8)
+            for (size_t j = 0; j < m; j++) codes[o / 8 + j] |= q[j];
+        else
+            for (size_t j = 0; j < m; j++, o += (size_t)b) codes[o / 8] |= (uint8_t)(q[j] << (o % 8));
     }
 }
 
