@@ -39,7 +39,7 @@
 #define INLINE static inline __attribute__((always_inline))
 
 enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
-enum { F_INT4 = 0, F_Q4_0 = 1 };              /* the formats of this file */
+enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16 };   /* the formats of this file */
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -53,17 +53,32 @@ INLINE __m512 lut_centred(void)
     return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 
-INLINE size_t unit_bytes(const int F) { return F == F_INT4 ? 16 : sizeof(StoreBlockQ4_0); }
+/* Stored bytes of a unit of 32 values. */
+INLINE size_t unit_bytes(const int F)
+{
+    return F == F_INT4 ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
+         : F == F_Q8_0 ? sizeof(StoreBlockQ8_0) : 64;
+}
+INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
 
-/* The 32 values of the unit at p in kernel order: x[0] positions 0..15 (low nibbles), x[1] 16..31 (high
- * nibbles); q4_0: times the block's scale (exact). */
+/* The 32 values of the unit at p in kernel order, x[0] positions 0..15 and x[1] 16..31. 4 bits: the low
+ * nibbles, then the high ones, through the table; int8 / q8_0: bytes 0..15, 16..31; f16: natural. Block
+ * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits). */
 INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
 {
-    const uint8_t *c = F == F_INT4 ? p : p + 2;
-    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
-    x[0] = _mm512_permutexvar_ps(b, lut);
-    x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
-    if (F == F_Q4_0) {
+    const uint8_t *c = is_block(F) ? p + 2 : p;
+    if (F == F_INT4 || F == F_Q4_0) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
+        x[0] = _mm512_permutexvar_ps(b, lut);
+        x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+    } else if (F == F_INT8 || F == F_Q8_0) {
+        x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
+        x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + 16))));
+    } else {
+        x[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)c));
+        x[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + 32)));
+    }
+    if (is_block(F)) {
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(elem_u16(p)));
         x[0] = _mm512_mul_ps(x[0], d);
         x[1] = _mm512_mul_ps(x[1], d);
@@ -230,43 +245,37 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
-static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                        float *scr)
-{
-    if (k->W % 32 != 0) {
-        avx2_set()->scores[STORE_INT4](s, ls, qp, G, k, t0, n, scr);
-        return;
+/* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
+ * query head per KV head when ONE_AVX2 (q4_0, int8, q8_0: the AVX2 set's one-head kernels, q4_0's offset
+ * folded into the query, measured as fast or faster there; not int4, whose column order here differs from the
+ * AVX2 set's). */
+#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2)                                                                  \
+    static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
+                              size_t n, float *scr)                                                            \
+    {                                                                                                          \
+        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+            avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
+            return;                                                                                            \
+        }                                                                                                      \
+        const size_t W = k->W;                                                                                 \
+        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n));                             \
+    }                                                                                                          \
+    static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
+                            size_t n, float *scr)                                                              \
+    {                                                                                                          \
+        if (v->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+            avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
+            return;                                                                                            \
+        }                                                                                                      \
+        const size_t W = v->W;                                                                                 \
+        HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
     }
-    const size_t W = k->W;
-    HEAD_GROUPS(G, h, scores_gc(F_INT4, GC, s + h * ls, ls, qp + h * W, k, t0, n));
-}
 
-static void scores_q4_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                        float *scr)
-{
-    (void)scr;
-    const size_t W = k->W;
-    HEAD_GROUPS(G, h, scores_gc(F_Q4_0, GC, s + h * ls, ls, qp + h * W, k, t0, n));
-}
-
-static void vacc_int4(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
-                      float *scr)
-{
-    if (v->W % 32 != 0) {
-        avx2_set()->vacc[STORE_INT4](acc, p, lp, G, v, t0, n, scr);
-        return;
-    }
-    const size_t W = v->W;
-    HEAD_GROUPS(G, h, val_heads(F_INT4, GC, acc + h * W, p + h * lp, lp, v, t0, n));
-}
-
-static void vacc_q4_0(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
-                      float *scr)
-{
-    (void)scr;
-    const size_t W = v->W;
-    HEAD_GROUPS(G, h, val_heads(F_Q4_0, GC, acc + h * W, p + h * lp, lp, v, t0, n));
-}
+DEFINE_FORMAT(int4, F_INT4, STORE_INT4, 0)
+DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
+DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
+DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 0)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
@@ -279,6 +288,55 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
         size_t base = p / 32 * 32, o = p % 32;
         perm[p] = base + (o < 16 ? 2 * o : 2 * (o - 16) + 1);
     }
+}
+
+/* ---- softmax pieces -------------------------------------------------------------------------------------- */
+
+static float max_avx512(const float *s, size_t n)
+{
+    __m512 v = _mm512_set1_ps(-__builtin_inff());
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) v = _mm512_max_ps(v, _mm512_loadu_ps(s + i));
+    if (i < n) v = _mm512_max_ps(v, _mm512_mask_loadu_ps(v, (__mmask16)((1u << (n - i)) - 1u), s + i));
+    return _mm512_reduce_max_ps(v);
+}
+
+/* exp(x) for x <= 0: the AVX2 set's Cephes polynomial (kernels_avx2.c's exp256) on 16 lanes. */
+INLINE __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+static float exp_sum_avx512(float *s, size_t n, float m)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+        _mm512_storeu_ps(s + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {   /* the last 1..15: masked (the other lanes read as m: exp(0), not added, not stored) */
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(vm, mk, s + i), vm));
+        _mm512_mask_storeu_ps(s + i, mk, e);
+        acc = _mm512_mask_add_ps(acc, mk, acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
 }
 
 static KernelSet kernels_avx512;
@@ -295,7 +353,15 @@ const KernelSet *decode_kernels_avx512(void)
         kernels_avx512.scores[STORE_Q4_0] = scores_q4_0;
         kernels_avx512.vacc[STORE_INT4] = vacc_int4;
         kernels_avx512.vacc[STORE_Q4_0] = vacc_q4_0;
+        kernels_avx512.scores[STORE_INT8] = scores_int8;
+        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512.scores[STORE_F16] = scores_f16;
+        kernels_avx512.vacc[STORE_INT8] = vacc_int8;
+        kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
+        kernels_avx512.vacc[STORE_F16] = vacc_f16;
         kernels_avx512.col_order = col_order_avx512;
+        kernels_avx512.max = max_avx512;
+        kernels_avx512.exp_sum = exp_sum_avx512;
         ready = 1;
     }
     return &kernels_avx512;
