@@ -27,6 +27,7 @@
  * summation order depends only on W, n and G, never on the thread count.
  */
 #include "decode/kernels.h"
+#include "decode/kernels_kivi.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX2__) &&                \
     defined(__FMA__) && defined(__F16C__)
@@ -39,7 +40,9 @@
 #define INLINE static inline __attribute__((always_inline))
 
 enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
-enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16 };   /* the formats of this file */
+/* The formats of this file; F_KIVI: 4-bit grouped intN codes (KIVI's), read as int4's bytes (values 0..15 on the
+ * key side, n - 7.5 on the value side). */
+enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI };
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -54,9 +57,18 @@ INLINE __m512 lut_centred(void)
 }
 
 /* Stored bytes of a unit of 32 values. */
+/* KIVI's codes: n on the key side (its query is scaled per group, its min goes into an offset), n - 7.5 (centred,
+ * exact) on the value side. */
+INLINE __m512 lut_raw(void) { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+INLINE __m512 lut_half(void)
+{
+    return _mm512_setr_ps(-7.5f, -6.5f, -5.5f, -4.5f, -3.5f, -2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f,
+                          6.5f, 7.5f);
+}
+
 INLINE size_t unit_bytes(const int F)
 {
-    return F == F_INT4 ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
+    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
          : F == F_Q8_0 ? sizeof(StoreBlockQ8_0) : 64;
 }
 INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
@@ -67,7 +79,7 @@ INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
 INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
 {
     const uint8_t *c = is_block(F) ? p + 2 : p;
-    if (F == F_INT4 || F == F_Q4_0) {
+    if (F == F_INT4 || F == F_Q4_0 || F == F_KIVI) {
         __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
         x[0] = _mm512_permutexvar_ps(b, lut);
         x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
@@ -109,12 +121,12 @@ INLINE __m512 tree16(const __m512 *v, size_t st)
 }
 
 /* Rows t..t+nr (nr <= 16; s columns i..i+nr) for GC heads (qp: their queries, W floats each, kernel order). */
-INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t,
-                     size_t i, size_t nr)
+INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float *qp, const float *cadd,
+                     const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nu = W / 32, rb = k->row_bytes, UB = unit_bytes(F);
     const int R = GC == 1 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;
-    const __m512 lut = lut_centred();
+    const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     __m512 buf[KT * 8];   /* buf[r * GC + g]: the accumulator of row r, head g */
     const uint8_t *base = k->codes + t * rb;
     prefetch_range(base + PF_AHEAD, nr * rb);
@@ -150,6 +162,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
     UNROLL for (int g = 0; g < GC; g++) {
         __m512 v = tree16(buf + g, (size_t)GC);
         if (k->rscale) v = _mm512_mul_ps(v, sc);
+        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
         _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
     }
 }
@@ -157,7 +170,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
 INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
                       size_t n)
 {
-    for (size_t i = 0; i < n; i += KT) key_tile(F, GC, s, ls, qp, k, t0 + i, i, n - i < KT ? n - i : KT);
+    for (size_t i = 0; i < n; i += KT) key_tile(F, GC, s, ls, qp, NULL, k, t0 + i, i, n - i < KT ? n - i : KT);
 }
 
 /* The query heads of one KV head in groups of 8, 4, 2, 1 (largest first). */
@@ -185,12 +198,15 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 
 /* ---- values ----------------------------------------------------------------------------------------------- */
 
-/* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i wb[g*VT + i] * value. */
-INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb,
-                     const uint8_t *row, size_t rb, size_t nt, size_t u)
+/* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
+ * w = wb[g*ws + i*per + k] of the unit's group k = (u+c) / gu (plain formats: per 1, one group). */
+INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
+                     size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t u)
 {
     const size_t UB = unit_bytes(F);
-    const __m512 lut = lut_centred();
+    const __m512 lut = F == F_KIVI ? lut_half() : lut_centred();
+    size_t kc[4];
+    UNROLL for (int c = 0; c < CU; c++) kc[c] = (u + (size_t)c) / gu;
     __m512 a[16];
     UNROLL for (int g = 0; g < GC; g++)
         UNROLL for (int c = 0; c < 2 * CU; c++) a[g * 2 * CU + c] = _mm512_loadu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c);
@@ -198,13 +214,12 @@ INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t
     for (size_t i = 0; i < nt; i++, row += rb) {
         __m512 x[4][2];
         UNROLL for (int c = 0; c < CU; c++) cvt32(F, row + (size_t)c * UB, lut, x[c]);
-        UNROLL for (int g = 0; g < GC; g++) {
-            const __m512 w = _mm512_set1_ps(wb[(size_t)g * VT + i]);
+        UNROLL for (int g = 0; g < GC; g++)
             UNROLL for (int c = 0; c < CU; c++) {
+                const __m512 w = _mm512_set1_ps(wb[(size_t)g * ws + i * per + kc[c]]);
                 a[g * 2 * CU + 2 * c] = _mm512_fmadd_ps(w, x[c][0], a[g * 2 * CU + 2 * c]);
                 a[g * 2 * CU + 2 * c + 1] = _mm512_fmadd_ps(w, x[c][1], a[g * 2 * CU + 2 * c + 1]);
             }
-        }
     }
     UNROLL for (int g = 0; g < GC; g++)
         UNROLL for (int c = 0; c < 2 * CU; c++) _mm512_storeu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c, a[g * 2 * CU + c]);
@@ -236,9 +251,161 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
         const uint8_t *row = v->codes + t * rb;
         prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
         size_t u = 0;
-        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, acc, W, wb, row, rb, nt, u);
-        for (; u < nu; u++) val_cols(F, GC, 1, acc, W, wb, row, rb, nt, u);
+        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, acc, W, wb, VT, 1, nu, row, rb, nt, u);
+        for (; u < nu; u++) val_cols(F, GC, 1, acc, W, wb, VT, 1, nu, row, rb, nt, u);
     }
+}
+
+/* ---- KIVI: 4-bit grouped intN, keys per channel, values per token ------------------------------------------ */
+
+/* KIVI's kernels here read 4-bit codes with FP16 scales and mins (asymmetric), W % 32 == 0 and W <= KV_MAXW;
+ * keys per channel (any group of tokens), values per token in groups of a multiple of 32 channels with
+ * ceil(W / g) dividing 16. Other intN shapes go to the AVX2 kernels (kernels_kivi_avx2.c). The interface is in
+ * natural column order; inside, units of 32 columns in int4's order here (even columns, then odd). */
+enum { KV_MAXW = 512 };
+
+/* 32 natural-order floats (a, b) -> kernel order (the even ones, then the odd ones), and back. */
+INLINE void deinterleave(__m512 a, __m512 b, __m512 *e, __m512 *o)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *e = _mm512_permutex2var_ps(a, ie, b);
+    *o = _mm512_permutex2var_ps(a, io, b);
+}
+INLINE void interleave(__m512 e, __m512 o, __m512 *a, __m512 *b)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *a = _mm512_permutex2var_ps(e, il, o);
+    *b = _mm512_permutex2var_ps(e, ih, o);
+}
+INLINE __m512 h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+
+static int kivi_keys_ok(const KRows *k)
+{
+    return k->bits == 4 && k->axis == STORE_AXIS_CHANNEL && !k->f32 && k->min && k->W % 32 == 0 && k->W <= KV_MAXW;
+}
+static int kivi_vals_ok(const KRows *v)
+{
+    return v->bits == 4 && v->axis == STORE_AXIS_TOKEN && !v->f32 && v->min && v->W % 32 == 0 && v->W <= KV_MAXW &&
+           v->g % 32 == 0 && 16 % v->per == 0;
+}
+
+/* Keys: per token group met, q' = q s (kernel order) and c = q . m for the G heads (float32, like the AVX2
+ * kernel), then the 16-row tiles score q' . n + c. */
+static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n)
+{
+    const size_t W = k->W, g = k->g, nu = W / 32;
+    float qs[8 * KV_MAXW] __attribute__((aligned(64))), c[8];
+    const uint16_t *sc = k->scale, *mn = k->min;
+    for (size_t i = 0; i < n;) {
+        const size_t t = t0 + i, grp = t / g, p0 = grp * k->per;
+        size_t end = (grp + 1) * g - t0;
+        if (end > n) end = n;
+        for (size_t h0 = 0; h0 < G; h0 += 8) {
+            const size_t gn = G - h0 < 8 ? G - h0 : 8;
+            for (size_t h = 0; h < gn; h++) {
+                const float *qh = q + (h0 + h) * W;
+                __m512 a = _mm512_setzero_ps();
+                for (size_t u = 0; u < nu; u++) {
+                    __m512 x0 = _mm512_loadu_ps(qh + 32 * u), x1 = _mm512_loadu_ps(qh + 32 * u + 16), e, o;
+                    deinterleave(_mm512_mul_ps(x0, h16(sc + p0 + 32 * u)), _mm512_mul_ps(x1, h16(sc + p0 + 32 * u + 16)),
+                                 &e, &o);
+                    _mm512_store_ps(qs + h * W + 32 * u, e);
+                    _mm512_store_ps(qs + h * W + 32 * u + 16, o);
+                    a = _mm512_fmadd_ps(x0, h16(mn + p0 + 32 * u), a);
+                    a = _mm512_fmadd_ps(x1, h16(mn + p0 + 32 * u + 16), a);
+                }
+                c[h] = _mm512_reduce_add_ps(a);
+            }
+            HEAD_GROUPS(gn, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + (h0 + h) * ls, ls,
+                                                                             qs + h * W, c + h, k, t0 + r, r,
+                                                                             end - r < KT ? end - r : KT));
+        }
+        i = end;
+    }
+}
+
+/* Values: per tile of up to VT tokens, the weights w = p s (per token and group) for the GC heads and the
+ * midpoints' share sum_t p (m + 7.5 s) per group (in lanes, folded at the end); the codes are read centred
+ * (n - 7.5), so acc = sum_t w (n - 7.5) + sum_t p (m + 7.5 s) is the value's s n + m split into two sums that
+ * do not cancel. Kernel-order accumulators ak, back to natural order at the end. */
+INLINE void kivi_val_heads(const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0, size_t n)
+{
+    const size_t W = v->W, nu = W / 32, rb = v->row_bytes, per = v->per, gu = v->g / 32, ws = VT * per;
+    const int CU = GC >= 8 ? 1 : GC == 4 ? 2 : 4;
+    float wb[8 * VT * 16] __attribute__((aligned(64))), ak[8 * KV_MAXW] __attribute__((aligned(64)));
+    const uint16_t *sc = v->scale, *mn = v->min;
+    memset(ak, 0, (size_t)GC * W * sizeof *ak);
+    __m512 msum[8];
+    UNROLL for (int g = 0; g < GC; g++) msum[g] = _mm512_setzero_ps();
+    __m512i pidx = _mm512_setzero_si512();   /* lane l: token l / per of the chunk */
+    {
+        int32_t ix[16];
+        for (int l = 0; l < 16; l++) ix[l] = (int32_t)((size_t)l / per);
+        pidx = _mm512_loadu_si512(ix);
+    }
+    const __m512 cen = _mm512_set1_ps(7.5f);
+    for (size_t i0 = 0; i0 < n; i0 += VT) {
+        const size_t nt = n - i0 < VT ? n - i0 : VT, t = t0 + i0, ne = nt * per;
+        for (size_t e = 0; e < ne; e += 16) {   /* 16 / per tokens x per groups */
+            const size_t left = ne - e, tl = (left + per - 1) / per;
+            const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+            const __mmask16 mt = (__mmask16)(tl >= 16 ? 0xFFFFu : (1u << tl) - 1u);
+            const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, sc + t * per + e));
+            const __m512 mid = _mm512_fmadd_ps(cen, sv, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, mn + t * per + e)));
+            UNROLL for (int g = 0; g < GC; g++) {
+                __m512 pv = _mm512_maskz_loadu_ps(mt, p + (size_t)g * lp + i0 + e / per);
+                __m512 pp = _mm512_maskz_permutexvar_ps(mk, pidx, pv);
+                _mm512_store_ps(wb + (size_t)g * ws + e, _mm512_mul_ps(pp, sv));
+                msum[g] = _mm512_fmadd_ps(pp, mid, msum[g]);
+            }
+        }
+        const uint8_t *row = v->codes + t * rb;
+        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
+        size_t u = 0;
+        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, row, rb, nt, u);
+        for (; u < nu; u++) val_cols(F_KIVI, GC, 1, ak, W, wb, ws, per, gu, row, rb, nt, u);
+    }
+    UNROLL for (int g = 0; g < GC; g++) {
+        float ml[16], m[16];
+        _mm512_storeu_ps(ml, msum[g]);
+        for (size_t kk = 0; kk < per; kk++) {
+            float a = 0.0f;
+            for (size_t l = kk; l < 16; l += per) a += ml[l];
+            m[kk] = a;
+        }
+        float *o = acc + (size_t)g * W;
+        const float *kg = ak + (size_t)g * W;
+        for (size_t u = 0; u < nu; u++) {
+            __m512 a, b;
+            interleave(_mm512_load_ps(kg + 32 * u), _mm512_load_ps(kg + 32 * u + 16), &a, &b);
+            const __m512 mk = _mm512_set1_ps(m[u / gu]);
+            _mm512_storeu_ps(o + 32 * u, _mm512_add_ps(_mm512_loadu_ps(o + 32 * u), _mm512_add_ps(a, mk)));
+            _mm512_storeu_ps(o + 32 * u + 16, _mm512_add_ps(_mm512_loadu_ps(o + 32 * u + 16), _mm512_add_ps(b, mk)));
+        }
+    }
+}
+
+static void kivi_scores_slot(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n,
+                             float *scr)
+{
+    if (!kivi_keys_ok(k)) {
+        decode_kivi_scores_avx2(s, ls, q, G, k, t0, n, scr);
+        return;
+    }
+    kivi_scores(s, ls, q, G, k, t0, n);
+}
+
+static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
+                           float *scr)
+{
+    if (!kivi_vals_ok(v)) {
+        decode_kivi_vacc_avx2(acc, p, lp, G, v, t0, n, scr);
+        return;
+    }
+    const size_t W = v->W;
+    HEAD_GROUPS(G, h, kivi_val_heads(GC, acc + h * W, p + h * lp, lp, v, t0, n));
 }
 
 /* ---- the slots -------------------------------------------------------------------------------------------- */
@@ -359,6 +526,8 @@ const KernelSet *decode_kernels_avx512(void)
         kernels_avx512.vacc[STORE_INT8] = vacc_int8;
         kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
         kernels_avx512.vacc[STORE_F16] = vacc_f16;
+        kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
+        kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
         kernels_avx512.max = max_avx512;
         kernels_avx512.exp_sum = exp_sum_avx512;
