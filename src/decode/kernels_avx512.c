@@ -167,6 +167,111 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
     }
 }
 
+/* ---- 4-bit keys with W % 128 == 0: transposed tiles ------------------------------------------------------- */
+
+/* 16 rows x 64 bytes (row r at rp[r] + off) transposed in 4 unpack stages (bytes, words, dwords, qwords, each
+ * within 128-bit lanes): tb[64 y + 16 c + r] = byte 16 c + y of row r (y < 16, lane c < 4). */
+INLINE void transpose16x64(const uint8_t *const *rp, size_t off, uint8_t *tb)
+{
+    __m512i r[16], a[16], b[16], c[16];
+    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(rp[i] + off));
+    UNROLL for (int i = 0; i < 8; i++) {   /* a[2i]: bytes 0..7 of rows 2i, 2i+1 interleaved; a[2i+1]: 8..15 */
+        a[2 * i] = _mm512_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int k = 0; k < 4; k++) {   /* b[4k + m]: bytes 4m..4m+3 of rows 4k..4k+3 */
+        b[4 * k] = _mm512_unpacklo_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi16(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi16(a[4 * k + 1], a[4 * k + 3]);
+    }
+    UNROLL for (int h = 0; h < 2; h++)   /* c[8h + 2m + e]: bytes 4m + 2e, 4m + 2e + 1 of rows 8h..8h+7 */
+        UNROLL for (int m = 0; m < 4; m++) {
+            c[8 * h + 2 * m] = _mm512_unpacklo_epi32(b[8 * h + m], b[8 * h + 4 + m]);
+            c[8 * h + 2 * m + 1] = _mm512_unpackhi_epi32(b[8 * h + m], b[8 * h + 4 + m]);
+        }
+    UNROLL for (int x = 0; x < 8; x++) {   /* byte 2x, then 2x + 1, of the 16 rows */
+        _mm512_store_si512((void *)(tb + 64 * (2 * x)), _mm512_unpacklo_epi64(c[x], c[8 + x]));
+        _mm512_store_si512((void *)(tb + 64 * (2 * x + 1)), _mm512_unpackhi_epi64(c[x], c[8 + x]));
+    }
+}
+
+/* Transposed order of a 4-bit row of W % 128 == 0 columns: position 2P + h (P = 64z + 4y + c: chunk z of 64
+ * bytes, byte y of lane c) is natural column 2 (64z + 16c + y) + h. */
+INLINE size_t tpos_col(size_t p)
+{
+    const size_t P = p / 2, h = p % 2, z = P / 64, y = P % 64 / 4, c = P % 4;
+    return 2 * (64 * z + 16 * c + y) + h;
+}
+
+/* Rows t..t+nr (nr <= 16) of 4-bit keys for GC heads: the tile's codes transposed (tb: 16 rows per byte), then
+ * per byte column its low and high nibbles as 16 rows each (table lookups), one FMA per head with the query
+ * element broadcast: the 16 scores of a head build up in lanes, no horizontal sums. qt: the heads' queries in
+ * transposed order (W floats each); cadd: per-head offsets (KIVI) or NULL. */
+INLINE void key_tile_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
+                       const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nz = W / 128, rb = k->row_bytes;
+    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head: 8 chains (one head: 4) */
+    const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
+    uint8_t tb[16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[16];
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    UNROLL for (int r = 0; r < 16; r++) rp[r] = base + ((size_t)r < nr ? (size_t)r : nr - 1) * rb;
+    __m512 a[8];
+    UNROLL for (int m = 0; m < 8; m++) a[m] = _mm512_setzero_ps();
+    for (size_t z = 0; z < nz; z++) {
+        transpose16x64(rp, 64 * z, tb);
+        const float *qz = qt + 128 * z;
+        for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
+            __m512 lo[2], hi[2];
+            UNROLL for (int e = 0; e < 2; e++) {
+                __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(tb + 16 * (P + (size_t)e))));
+                lo[e] = _mm512_permutexvar_ps(b, lut);
+                hi[e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+            }
+            UNROLL for (int g = 0; g < GC; g++) {
+                const float *qg = qz + (size_t)g * W + 2 * P;
+                UNROLL for (int e = 0; e < 2; e++) {   /* A = 1: one chain; 2: low / high; 4: by e too */
+                    const int m0 = g * A + (A == 4 ? 2 * e : 0), m1 = g * A + (A == 1 ? 0 : A == 2 ? 1 : 2 * e + 1);
+                    a[m0] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e]), lo[e], a[m0]);
+                    a[m1] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e + 1]), hi[e], a[m1]);
+                }
+            }
+        }
+    }
+    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
+    __m512 sc = _mm512_set1_ps(1.0f);
+    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m512 *ag = a + g * A;
+        if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
+        if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
+        __m512 v = ag[0];
+        if (k->rscale) v = _mm512_mul_ps(v, sc);
+        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
+        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    }
+}
+
+/* idx[p] = where the query element of transposed position p sits in a query of W columns in the order `from`
+ * (0: natural, 1: this file's int4 order, units of 32 with the even columns first). */
+static void tpos_index(int32_t *idx, size_t W, int from)
+{
+    for (size_t p = 0; p < W; p++) {
+        size_t j = tpos_col(p), u = j / 32, o = j % 32;
+        idx[p] = (int32_t)(from ? 32 * u + (o % 2 ? 16 + o / 2 : o / 2) : j);
+    }
+}
+
+/* dst[p] = src[idx[p]], p < W (W % 16 == 0). */
+INLINE void gather_w(float *dst, const float *src, const int32_t *idx, size_t W)
+{
+    for (size_t p = 0; p < W; p += 16)
+        _mm512_storeu_ps(dst + p, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(idx + p)), src, 4));
+}
+
 INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
                       size_t n)
 {
@@ -293,34 +398,56 @@ static int kivi_vals_ok(const KRows *v)
 
 /* Keys: per token group met, q' = q s (kernel order) and c = q . m for the G heads (float32, like the AVX2
  * kernel), then the 16-row tiles score q' . n + c. */
-static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n)
+static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n, float *scr)
 {
     const size_t W = k->W, g = k->g, nu = W / 32;
-    float qs[8 * KV_MAXW] __attribute__((aligned(64))), c[8];
+    /* transposed tiles for two or more heads (q' in their order), else 16-row tiles (int4's order) */
+    const int tr = W % 128 == 0 && G >= 2;
+    /* scratch: qt (G, W) the queries in transposed order, qs (G, W) q', c (G), st (W) the scales, idx (W) */
+    float *qt = scr, *qs = qt + G * W, *c = qs + G * W, *st = c + G;
+    int32_t *idx = (int32_t *)(void *)(st + W);
+    float tmp[KV_MAXW] __attribute__((aligned(64)));
+    if (tr) {
+        tpos_index(idx, W, 0);
+        for (size_t h = 0; h < G; h++) gather_w(qt + h * W, q + h * W, idx, W);
+    }
     const uint16_t *sc = k->scale, *mn = k->min;
     for (size_t i = 0; i < n;) {
         const size_t t = t0 + i, grp = t / g, p0 = grp * k->per;
         size_t end = (grp + 1) * g - t0;
         if (end > n) end = n;
-        for (size_t h0 = 0; h0 < G; h0 += 8) {
-            const size_t gn = G - h0 < 8 ? G - h0 : 8;
-            for (size_t h = 0; h < gn; h++) {
-                const float *qh = q + (h0 + h) * W;
-                __m512 a = _mm512_setzero_ps();
-                for (size_t u = 0; u < nu; u++) {
-                    __m512 x0 = _mm512_loadu_ps(qh + 32 * u), x1 = _mm512_loadu_ps(qh + 32 * u + 16), e, o;
-                    deinterleave(_mm512_mul_ps(x0, h16(sc + p0 + 32 * u)), _mm512_mul_ps(x1, h16(sc + p0 + 32 * u + 16)),
-                                 &e, &o);
-                    _mm512_store_ps(qs + h * W + 32 * u, e);
-                    _mm512_store_ps(qs + h * W + 32 * u + 16, o);
-                    a = _mm512_fmadd_ps(x0, h16(mn + p0 + 32 * u), a);
-                    a = _mm512_fmadd_ps(x1, h16(mn + p0 + 32 * u + 16), a);
+        if (tr) {   /* the group's scales in transposed order, once for the G heads */
+            for (size_t j = 0; j < W; j += 16) _mm512_store_ps(tmp + j, h16(sc + p0 + j));
+            gather_w(st, tmp, idx, W);
+        }
+        for (size_t h = 0; h < G; h++) {
+            const float *qh = q + h * W;
+            __m512 a = _mm512_setzero_ps();
+            for (size_t u = 0; u < nu; u++) {
+                __m512 x0 = _mm512_loadu_ps(qh + 32 * u), x1 = _mm512_loadu_ps(qh + 32 * u + 16);
+                if (tr) {
+                    _mm512_storeu_ps(qs + h * W + 32 * u, _mm512_mul_ps(_mm512_loadu_ps(qt + h * W + 32 * u), _mm512_loadu_ps(st + 32 * u)));
+                    _mm512_storeu_ps(qs + h * W + 32 * u + 16,
+                                     _mm512_mul_ps(_mm512_loadu_ps(qt + h * W + 32 * u + 16), _mm512_loadu_ps(st + 32 * u + 16)));
+                } else {
+                    __m512 e, o;
+                    deinterleave(_mm512_mul_ps(x0, h16(sc + p0 + 32 * u)), _mm512_mul_ps(x1, h16(sc + p0 + 32 * u + 16)), &e, &o);
+                    _mm512_storeu_ps(qs + h * W + 32 * u, e);
+                    _mm512_storeu_ps(qs + h * W + 32 * u + 16, o);
                 }
-                c[h] = _mm512_reduce_add_ps(a);
+                a = _mm512_fmadd_ps(x0, h16(mn + p0 + 32 * u), a);
+                a = _mm512_fmadd_ps(x1, h16(mn + p0 + 32 * u + 16), a);
             }
-            HEAD_GROUPS(gn, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + (h0 + h) * ls, ls,
-                                                                             qs + h * W, c + h, k, t0 + r, r,
-                                                                             end - r < KT ? end - r : KT));
+            c[h] = _mm512_reduce_add_ps(a);
+        }
+        if (tr) {
+            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile_t(F_KIVI, GC, s + h * ls, ls, qs + h * W,
+                                                                              c + h, k, t0 + r, r,
+                                                                              end - r < KT ? end - r : KT));
+        } else {
+            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + h * ls, ls, qs + h * W,
+                                                                            c + h, k, t0 + r, r,
+                                                                            end - r < KT ? end - r : KT));
         }
         i = end;
     }
@@ -394,7 +521,7 @@ static void kivi_scores_slot(float *s, size_t ls, const float *q, size_t G, cons
         decode_kivi_scores_avx2(s, ls, q, G, k, t0, n, scr);
         return;
     }
-    kivi_scores(s, ls, q, G, k, t0, n);
+    kivi_scores(s, ls, q, G, k, t0, n, scr);
 }
 
 static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
@@ -438,7 +565,30 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
         HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
     }
 
-DEFINE_FORMAT(int4, F_INT4, STORE_INT4, 0)
+DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0)
+
+/* int4 keys of two or more heads with W % 128 == 0 (W <= KV_MAXW): the transposed tiles, the query taken to
+ * their order once per call; other widths and one head: the 16-row tiles above. */
+static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    const size_t W = k->W;
+    if (W % 128 != 0 || W > KV_MAXW || G == 1) {   /* one head: the 16-row tiles (measured faster) */
+        scores_int4_tiles(s, ls, qp, G, k, t0, n, scr);
+        return;
+    }
+    int32_t idx[KV_MAXW];
+    float qt[8 * KV_MAXW] __attribute__((aligned(64)));
+    tpos_index(idx, W, 1);
+    for (size_t h0 = 0; h0 < G; h0 += 8) {
+        const size_t gn = G - h0 < 8 ? G - h0 : 8;
+        for (size_t h = 0; h < gn; h++) gather_w(qt + h * W, qp + (h0 + h) * W, idx, W);
+        HEAD_GROUPS(gn, h, for (size_t r = 0; r < n; r += KT) key_tile_t(F_INT4, GC, s + (h0 + h) * ls + r, ls,
+                                                                          qt + h * W, NULL, k, t0 + r, 0,
+                                                                          n - r < KT ? n - r : KT));
+    }
+}
+#define vacc_int4 vacc_int4_tiles
 DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
 DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
 DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
