@@ -1,30 +1,32 @@
-/* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of the 4-bit
- * formats int4 and q4_0 replaced by AVX-512F/BW/VL kernels. This file alone is compiled with -mavx512f
- * -mavx512bw -mavx512vl (and the AVX2 flags); decode.c calls it only after cpuid and xgetbv say the CPU and OS
- * have them (the ZMM and opmask state). Its scalar twins are kernels_ref.c's, like the AVX2 kernels'.
+/* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
+ * int8, q8_0, f16 and STORE_INTN (KIVI's 4-bit shape) replaced by AVX-512F/BW/VL kernels. This file alone is
+ * compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); decode.c calls it only after cpuid and
+ * xgetbv say the CPU and OS have them (the ZMM and opmask state). Its scalar twins are kernels_ref.c's (and
+ * kernels_kivi's), like the AVX2 kernels'. Shapes a slot does not take go to the AVX2 slot (see each slot).
  *
- * Why: with several query heads per KV head (GQA) the 4-bit kernels are bound by float work per cached row
- * (G x W products on each side), not by memory. 512-bit FMAs halve the instruction count of the products, and
- * the conversion of the codes, done once per row for all G heads, becomes 4 instructions per 32 values: one
- * zero extension of 16 bytes to 16 lanes, one shift, and two vpermps lookups in a 16-entry table of the code
- * values (the low 4 bits of each lane are the index: the low nibble directly, the high one after the shift).
- * The table holds n - 8, so no subtraction is needed; q4_0's values are then multiplied by the block's FP16
- * scale d (d (n - 8) is exact in float32: 11 x 4 significant bits).
+ * Why: with several query heads per KV head (GQA) the kernels are bound by float work per cached row (G x W
+ * products on each side), not by memory. 512-bit FMAs halve the instruction count of the products, and the
+ * conversion of the codes, done once per row for all G heads, becomes for 4 bits 4 instructions per 32 values:
+ * one zero extension of 16 bytes to 16 lanes, one shift, and two vpermps lookups in a 16-entry table of the
+ * code values (the low 4 bits of each lane are the index: the low nibble directly, the high one after the
+ * shift). The table holds n - 8 (KIVI: n for keys, n - 7.5 for values), so no subtraction is needed; q4_0 /
+ * q8_0 values are then multiplied by the block's FP16 scale d (exact in float32: 11 x 4 or 8 significant bits).
  *
- * Column order: q4_0 natural (a block's low nibbles are its columns 0..15, the high ones 16..31). int4 in units
- * of 32 columns (16 bytes): positions 0..15 the low nibbles (columns 0, 2, .., 30), 16..31 the high ones
- * (1, 3, .., 31). int4 rows with W % 32 != 0 go to the AVX2 kernels, in the AVX2 order (col_order decides by W).
+ * Column order: natural, except int4 (W % 32 == 0) in units of 32 columns (16 bytes): positions 0..15 the low
+ * nibbles (columns 0, 2, .., 30), 16..31 the high ones (1, 3, .., 31); int4 rows with W % 32 != 0 go to the
+ * AVX2 kernels, in the AVX2 order (col_order decides by W). KIVI's slots read natural order at the interface.
  *
  * Keys: tiles of 16 rows; query heads in groups of GC = 8, 4, 2, 1 (HEAD_GROUPS), each unit of codes converted
  * once for the group; rows in pairs (GC = 1: fours), each query vector loaded once for them; one float32
  * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
- * 16 token scales, one (masked) store.
- * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4) formed once per tile; columns in
- * groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each unit converted
- * once per group of heads.
+ * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
+ * (key_tile_t), no horizontal sums.
+ * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
+ * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
+ * unit converted once per group of heads.
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
- * summation order depends only on W, n and G, never on the thread count.
+ * summation order depends only on W, n and G (and KIVI's group), never on the thread count.
  */
 #include "decode/kernels.h"
 #include "decode/kernels_kivi.h"
@@ -540,9 +542,9 @@ static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, cons
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (q4_0, int8, q8_0: the AVX2 set's one-head kernels, q4_0's offset
- * folded into the query, measured as fast or faster there; not int4, whose column order here differs from the
- * AVX2 set's). */
+ * query head per KV head when ONE_AVX2 (q4_0, int8, q8_0, f16: the AVX2 set's one-head kernels, q4_0's offset
+ * folded into the query, f16's streaming, measured as fast or faster there; not int4, whose column order here
+ * differs from the AVX2 set's). */
 #define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2)                                                                  \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
@@ -592,7 +594,7 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
 DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
 DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
 DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
-DEFINE_FORMAT(f16, F_F16, STORE_F16, 0)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
@@ -605,55 +607,6 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
         size_t base = p / 32 * 32, o = p % 32;
         perm[p] = base + (o < 16 ? 2 * o : 2 * (o - 16) + 1);
     }
-}
-
-/* ---- softmax pieces -------------------------------------------------------------------------------------- */
-
-static float max_avx512(const float *s, size_t n)
-{
-    __m512 v = _mm512_set1_ps(-__builtin_inff());
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) v = _mm512_max_ps(v, _mm512_loadu_ps(s + i));
-    if (i < n) v = _mm512_max_ps(v, _mm512_mask_loadu_ps(v, (__mmask16)((1u << (n - i)) - 1u), s + i));
-    return _mm512_reduce_max_ps(v);
-}
-
-/* exp(x) for x <= 0: the AVX2 set's Cephes polynomial (kernels_avx2.c's exp256) on 16 lanes. */
-INLINE __m512 exp512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-}
-
-static float exp_sum_avx512(float *s, size_t n, float m)
-{
-    const __m512 vm = _mm512_set1_ps(m);
-    __m512 acc = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
-        _mm512_storeu_ps(s + i, e);
-        acc = _mm512_add_ps(acc, e);
-    }
-    if (i < n) {   /* the last 1..15: masked (the other lanes read as m: exp(0), not added, not stored) */
-        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(vm, mk, s + i), vm));
-        _mm512_mask_storeu_ps(s + i, mk, e);
-        acc = _mm512_mask_add_ps(acc, mk, acc, e);
-    }
-    return _mm512_reduce_add_ps(acc);
 }
 
 static KernelSet kernels_avx512;
@@ -679,8 +632,6 @@ const KernelSet *decode_kernels_avx512(void)
         kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
         kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
-        kernels_avx512.max = max_avx512;
-        kernels_avx512.exp_sum = exp_sum_avx512;
         ready = 1;
     }
     return &kernels_avx512;
