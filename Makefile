@@ -49,11 +49,13 @@ ifneq ($(filter x86_64 amd64 i386 i686,$(shell uname -m)),)
 $(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
 $(BUILD)/src/decode/kernels_kivi_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
 $(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -mavx2 -mfma -mf16c -g1
+$(BUILD)/src/decode/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c -g1
 endif
 ifneq ($(findstring -fsanitize,$(XCFLAGS)),)
 $(BUILD)/src/decode/kernels_avx2.o: CFLAGS += -fno-sanitize=undefined
 $(BUILD)/src/decode/kernels_kivi_avx2.o: CFLAGS += -fno-sanitize=undefined
 $(BUILD)/src/decode/kernels_ggml_avx2.o: CFLAGS += -fno-sanitize=undefined
+$(BUILD)/src/decode/kernels_avx512.o: CFLAGS += -fno-sanitize=undefined
 endif
 $(BUILD)/src/cli/bench.o: CFLAGS += -DKVC_BUILD_FLAGS='"$(OPT_FLAGS) -std=c11 -ffp-contract=off"'
 

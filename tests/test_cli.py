@@ -166,7 +166,7 @@ def main():
     for flag in ("--version", "-V"):
         rc, out, err = run([flag])
         m = re.match(r"^kvc (\d+\.\d+\.\d+)\ncommit:   \S+\ncompiler: .+\nflags:    .+\nblas:     .+ \(core .+\)\n"
-                     r"kernels:  (avx2|scalar) .*\n$", out)
+                     r"kernels:  (avx512|avx2|scalar) .*\n$", out)
         why = None
         if rc != 0 or err or not m:
             why = "exit %d stdout %s stderr %s" % (rc, short(out), short(err))

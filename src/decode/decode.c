@@ -85,7 +85,10 @@ static unsigned cpu_features(void)
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         if (ymm_ok && (b & (1u << 5))) f |= DECODE_CPU_AVX2;
-        if (ymm_ok && (b & (1u << 16)) && (xlo & 0xE6u) == 0xE6u) f |= DECODE_CPU_AVX512F;
+        int zmm_ok = ymm_ok && (xlo & 0xE6u) == 0xE6u;   /* opmask, upper ZMM halves and ZMM16..31 saved */
+        if (zmm_ok && (b & (1u << 16))) f |= DECODE_CPU_AVX512F;
+        if (zmm_ok && (b & (1u << 30))) f |= DECODE_CPU_AVX512BW;
+        if (zmm_ok && (b & (1u << 31))) f |= DECODE_CPU_AVX512VL;
     }
     return f;
 }
@@ -101,9 +104,11 @@ static const KernelSet *fused_kernels(void)
     if (best) return best;
     const KernelSet *k = &decode_kernels_ref;
     const char *env = getenv("KVC_ISA");
-    unsigned need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C;
-    if (!(env && strcmp(env, "scalar") == 0) && decode_kernels_avx2() && (cpu_features() & need) == need)
-        k = decode_kernels_avx2();
+    unsigned f = cpu_features(), need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C;
+    unsigned need512 = need | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW | DECODE_CPU_AVX512VL;
+    int scalar = env && strcmp(env, "scalar") == 0, avx2 = env && strcmp(env, "avx2") == 0;
+    if (!scalar && decode_kernels_avx2() && (f & need) == need) k = decode_kernels_avx2();
+    if (!scalar && !avx2 && decode_kernels_avx512() && (f & need512) == need512) k = decode_kernels_avx512();
     best = k;
     return k;
 }

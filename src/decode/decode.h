@@ -36,12 +36,13 @@
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
  * The partition does not depend on the thread count, so the output is bit-identical for any --threads.
  *
- * Implementations: DECODE_FUSED (the AVX2+FMA+F16C KernelSet when the CPU and OS have them, checked with
- * cpuid and xgetbv at the first decoder_create; else the scalar set), DECODE_REF (the scalar `_ref`
+ * Implementations: DECODE_FUSED (the AVX-512 KernelSet - the AVX2 set with AVX-512F/BW/VL kernels for int4 and
+ * q4_0 - when the CPU and OS have AVX-512F, BW and VL; else the AVX2+FMA+F16C KernelSet when they have those;
+ * checked with cpuid and xgetbv at the first decoder_create; else the scalar set), DECODE_REF (the scalar `_ref`
  * KernelSet, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
- * DECODE_FUSED use the scalar kernels.
+ * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available.
  *
  * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
@@ -107,10 +108,11 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
                      const float *q, int threads, int repeat, DecodeMode mode);
 
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
-enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8 };
+enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8, DECODE_CPU_AVX512BW = 16,
+       DECODE_CPU_AVX512VL = 32 };
 unsigned decode_cpu_features(void);
 
-/* The kernel set DECODE_FUSED uses on this machine: "avx2" or "scalar". */
+/* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
 const char *decode_isa(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
  * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of

@@ -3,13 +3,18 @@
  *
  * A KernelSet has one slot per stored type (StoreType): scores[type] (the key side) and vacc[type] (the value
  * side), plus the format-independent pieces (max, exp_sum, read_sum) and how the set reads columns (col_order,
- * raw_scale). Two sets fill every slot:
+ * raw_scale). Three sets fill every slot:
  *   decode_kernels_ref     kernels_ref.c: portable scalar C, the `_ref` twin of every slot.
  *   decode_kernels_avx2()  AVX2 + FMA + F16C: kernels_avx2.c (f32 .. q4_0), kernels_ggml_avx2.c (q4_1, q5_0,
  *                          q5_1, iq4_nl: kernels_ggml.h), kernels_kivi_avx2.c (STORE_INTN, the grouped integer
  *                          format of KIVI and the method library: kernels_kivi.h). Those three files alone are
  *                          compiled with -mavx2 -mfma -mf16c and share avx2_common.h (helpers, the head-group
  *                          driver, the value-side tile path); decode.c calls them only after a runtime CPU check.
+ *   decode_kernels_avx512() the AVX2 set with the int4, q4_0, int8, q8_0, f16 and STORE_INTN slots (and
+ *                          col_order) replaced by AVX-512F/BW/VL kernels (kernels_avx512.c, the only file built
+ *                          with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do not take to the
+ *                          AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F, BW, VL and
+ *                          the ZMM state (KVC_ISA=avx2 keeps the AVX2 set).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
  * window, is just more tensors with their own slot) and calls it for every block of tokens.
  *
@@ -74,7 +79,7 @@ typedef void (*VaccFn)(float *acc, const float *p, size_t lp, size_t G, const KR
                        float *scr);
 
 typedef struct KernelSet {
-    const char *name;                     /* "scalar" or "avx2" */
+    const char *name;                     /* "scalar", "avx2" or "avx512" */
     ScoresFn scores[STORE_NTYPES];        /* one slot per stored type; every set fills all of them */
     VaccFn vacc[STORE_NTYPES];
     /* true value = raw_scale[type] * what the kernels read, 0 meaning 1 (AVX2 reads E4M3 as FP16: 1/256 of its
@@ -91,5 +96,9 @@ typedef struct KernelSet {
 extern const KernelSet decode_kernels_ref;
 /* NULL when kvc was built without the AVX2 translation units (non-x86 targets). */
 const KernelSet *decode_kernels_avx2(void);
+/* The AVX2 set with the int4 and q4_0 slots (and int4's column order) replaced by AVX-512F/BW/VL kernels
+ * (kernels_avx512.c); NULL when built without that translation unit. decode.c uses it only when cpuid and xgetbv
+ * report AVX-512F, BW and VL besides the AVX2 set's features. */
+const KernelSet *decode_kernels_avx512(void);
 
 #endif

@@ -1,0 +1,643 @@
+/* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
+ * int8, q8_0, f16 and STORE_INTN (KIVI's 4-bit shape) replaced by AVX-512F/BW/VL kernels. This file alone is
+ * compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); decode.c calls it only after cpuid and
+ * xgetbv say the CPU and OS have them (the ZMM and opmask state). Its scalar twins are kernels_ref.c's (and
+ * kernels_kivi's), like the AVX2 kernels'. Shapes a slot does not take go to the AVX2 slot (see each slot).
+ *
+ * Why: with several query heads per KV head (GQA) the kernels are bound by float work per cached row (G x W
+ * products on each side), not by memory. 512-bit FMAs halve the instruction count of the products, and the
+ * conversion of the codes, done once per row for all G heads, becomes for 4 bits 4 instructions per 32 values:
+ * one zero extension of 16 bytes to 16 lanes, one shift, and two vpermps lookups in a 16-entry table of the
+ * code values (the low 4 bits of each lane are the index: the low nibble directly, the high one after the
+ * shift). The table holds n - 8 (KIVI: n for keys, n - 7.5 for values), so no subtraction is needed; q4_0 /
+ * q8_0 values are then multiplied by the block's FP16 scale d (exact in float32: 11 x 4 or 8 significant bits).
+ *
+ * Column order: natural, except int4 (W % 32 == 0) in units of 32 columns (16 bytes): positions 0..15 the low
+ * nibbles (columns 0, 2, .., 30), 16..31 the high ones (1, 3, .., 31); int4 rows with W % 32 != 0 go to the
+ * AVX2 kernels, in the AVX2 order (col_order decides by W). KIVI's slots read natural order at the interface.
+ *
+ * Keys: tiles of 16 rows; query heads in groups of GC = 8, 4, 2, 1 (HEAD_GROUPS), each unit of codes converted
+ * once for the group; rows in pairs (GC = 1: fours), each query vector loaded once for them; one float32
+ * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
+ * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
+ * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
+ * (key_tile_t), no horizontal sums.
+ * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
+ * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
+ * unit converted once per group of heads.
+ * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
+ * summation order depends only on W, n and G (and KIVI's group), never on the thread count.
+ */
+#include "decode/kernels.h"
+#include "decode/kernels_kivi.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX2__) &&                \
+    defined(__FMA__) && defined(__F16C__)
+#include "store/elem.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define UNROLL _Pragma("GCC unroll 16")
+#define INLINE static inline __attribute__((always_inline))
+
+enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
+/* The formats of this file; F_KIVI: 4-bit grouped intN codes (KIVI's), read as int4's bytes (values 0..15 on the
+ * key side, n - 7.5 on the value side). */
+enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI };
+
+INLINE void prefetch_range(const uint8_t *p, size_t n)
+{
+#pragma GCC unroll 4
+    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+}
+
+/* The table of code values n - 8, n = 0..15 (both formats). */
+INLINE __m512 lut_centred(void)
+{
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+/* Stored bytes of a unit of 32 values. */
+/* KIVI's codes: n on the key side (its query is scaled per group, its min goes into an offset), n - 7.5 (centred,
+ * exact) on the value side. */
+INLINE __m512 lut_raw(void) { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+INLINE __m512 lut_half(void)
+{
+    return _mm512_setr_ps(-7.5f, -6.5f, -5.5f, -4.5f, -3.5f, -2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f,
+                          6.5f, 7.5f);
+}
+
+INLINE size_t unit_bytes(const int F)
+{
+    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
+         : F == F_Q8_0 ? sizeof(StoreBlockQ8_0) : 64;
+}
+INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
+
+/* The 32 values of the unit at p in kernel order, x[0] positions 0..15 and x[1] 16..31. 4 bits: the low
+ * nibbles, then the high ones, through the table; int8 / q8_0: bytes 0..15, 16..31; f16: natural. Block
+ * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits). */
+INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
+{
+    const uint8_t *c = is_block(F) ? p + 2 : p;
+    if (F == F_INT4 || F == F_Q4_0 || F == F_KIVI) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
+        x[0] = _mm512_permutexvar_ps(b, lut);
+        x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+    } else if (F == F_INT8 || F == F_Q8_0) {
+        x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
+        x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + 16))));
+    } else {
+        x[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)c));
+        x[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + 32)));
+    }
+    if (is_block(F)) {
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(elem_u16(p)));
+        x[0] = _mm512_mul_ps(x[0], d);
+        x[1] = _mm512_mul_ps(x[1], d);
+    }
+}
+
+/* ---- scores ----------------------------------------------------------------------------------------------- */
+
+/* Lane r of the result = the horizontal sum of v[r * st], r < 16: a tree of 128-bit, then 32-bit shuffles and
+ * adds (pairs of vectors at each level), then one permutation to row order. */
+INLINE __m512 tree16(const __m512 *v, size_t st)
+{
+    __m512 t[8], w[4], y[2];
+    UNROLL for (int i = 0; i < 8; i++) {   /* chunks: row 2i (two halves), row 2i+1 (two halves) */
+        __m512 a = v[(size_t)(2 * i) * st], b = v[(size_t)(2 * i + 1) * st];
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    UNROLL for (int j = 0; j < 4; j++)   /* chunk c: row 4j + c, 4 partial sums */
+        w[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
+    UNROLL for (int k = 0; k < 2; k++)   /* chunk c: rows 8k + c (lanes 0, 1) and 8k + 4 + c (lanes 2, 3) */
+        y[k] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0xEE));
+    /* lane 4c + l: row c + 4l */
+    __m512 f = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, f);
+}
+
+/* Rows t..t+nr (nr <= 16; s columns i..i+nr) for GC heads (qp: their queries, W floats each, kernel order). */
+INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float *qp, const float *cadd,
+                     const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nu = W / 32, rb = k->row_bytes, UB = unit_bytes(F);
+    const int R = GC == 1 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;
+    const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
+    __m512 buf[KT * 8];   /* buf[r * GC + g]: the accumulator of row r, head g */
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    for (size_t r0 = 0; r0 < KT; r0 += (size_t)R) {
+        if (r0 >= nr) {
+            UNROLL for (int m = 0; m < R * GC; m++) buf[r0 * (size_t)GC + (size_t)m] = _mm512_setzero_ps();
+            continue;
+        }
+        const uint8_t *rp[4];
+        UNROLL for (int r = 0; r < R; r++) rp[r] = base + (r0 + (size_t)r < nr ? r0 + (size_t)r : r0) * rb;
+        __m512 a[16];
+        UNROLL for (int m = 0; m < R * GC * A; m++) a[m] = _mm512_setzero_ps();
+        for (size_t u = 0; u < nu; u++) {
+            __m512 x[4][2];
+            UNROLL for (int r = 0; r < R; r++) cvt32(F, rp[r] + u * UB, lut, x[r]);
+            UNROLL for (int g = 0; g < GC; g++) {
+                __m512 q0 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u);
+                __m512 q1 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u + 16);
+                __asm__("" : "+v"(q0), "+v"(q1));   /* one load for the R rows (not one per FMA) */
+                UNROLL for (int r = 0; r < R; r++) {
+                    const int m = (r * GC + g) * A;
+                    a[m] = _mm512_fmadd_ps(q0, x[r][0], a[m]);
+                    a[m + A - 1] = _mm512_fmadd_ps(q1, x[r][1], a[m + A - 1]);
+                }
+            }
+        }
+        UNROLL for (int m = 0; m < R * GC; m++)
+            buf[r0 * (size_t)GC + (size_t)m] = A == 2 ? _mm512_add_ps(a[2 * m], a[2 * m + 1]) : a[m];
+    }
+    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
+    __m512 sc = _mm512_set1_ps(1.0f);
+    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m512 v = tree16(buf + g, (size_t)GC);
+        if (k->rscale) v = _mm512_mul_ps(v, sc);
+        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
+        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    }
+}
+
+/* ---- 4-bit keys with W % 128 == 0: transposed tiles ------------------------------------------------------- */
+
+/* 16 rows x 64 bytes (row r at rp[r] + off) transposed in 4 unpack stages (bytes, words, dwords, qwords, each
+ * within 128-bit lanes): tb[64 y + 16 c + r] = byte 16 c + y of row r (y < 16, lane c < 4). */
+INLINE void transpose16x64(const uint8_t *const *rp, size_t off, uint8_t *tb)
+{
+    __m512i r[16], a[16], b[16], c[16];
+    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(rp[i] + off));
+    UNROLL for (int i = 0; i < 8; i++) {   /* a[2i]: bytes 0..7 of rows 2i, 2i+1 interleaved; a[2i+1]: 8..15 */
+        a[2 * i] = _mm512_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int k = 0; k < 4; k++) {   /* b[4k + m]: bytes 4m..4m+3 of rows 4k..4k+3 */
+        b[4 * k] = _mm512_unpacklo_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi16(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi16(a[4 * k + 1], a[4 * k + 3]);
+    }
+    UNROLL for (int h = 0; h < 2; h++)   /* c[8h + 2m + e]: bytes 4m + 2e, 4m + 2e + 1 of rows 8h..8h+7 */
+        UNROLL for (int m = 0; m < 4; m++) {
+            c[8 * h + 2 * m] = _mm512_unpacklo_epi32(b[8 * h + m], b[8 * h + 4 + m]);
+            c[8 * h + 2 * m + 1] = _mm512_unpackhi_epi32(b[8 * h + m], b[8 * h + 4 + m]);
+        }
+    UNROLL for (int x = 0; x < 8; x++) {   /* byte 2x, then 2x + 1, of the 16 rows */
+        _mm512_store_si512((void *)(tb + 64 * (2 * x)), _mm512_unpacklo_epi64(c[x], c[8 + x]));
+        _mm512_store_si512((void *)(tb + 64 * (2 * x + 1)), _mm512_unpackhi_epi64(c[x], c[8 + x]));
+    }
+}
+
+/* Transposed order of a 4-bit row of W % 128 == 0 columns: position 2P + h (P = 64z + 4y + c: chunk z of 64
+ * bytes, byte y of lane c) is natural column 2 (64z + 16c + y) + h. */
+INLINE size_t tpos_col(size_t p)
+{
+    const size_t P = p / 2, h = p % 2, z = P / 64, y = P % 64 / 4, c = P % 4;
+    return 2 * (64 * z + 16 * c + y) + h;
+}
+
+/* Rows t..t+nr (nr <= 16) of 4-bit keys for GC heads: the tile's codes transposed (tb: 16 rows per byte), then
+ * per byte column its low and high nibbles as 16 rows each (table lookups), one FMA per head with the query
+ * element broadcast: the 16 scores of a head build up in lanes, no horizontal sums. qt: the heads' queries in
+ * transposed order (W floats each); cadd: per-head offsets (KIVI) or NULL. */
+INLINE void key_tile_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
+                       const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nz = W / 128, rb = k->row_bytes;
+    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head: 8 chains (one head: 4) */
+    const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
+    uint8_t tb[16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[16];
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    UNROLL for (int r = 0; r < 16; r++) rp[r] = base + ((size_t)r < nr ? (size_t)r : nr - 1) * rb;
+    __m512 a[8];
+    UNROLL for (int m = 0; m < 8; m++) a[m] = _mm512_setzero_ps();
+    for (size_t z = 0; z < nz; z++) {
+        transpose16x64(rp, 64 * z, tb);
+        const float *qz = qt + 128 * z;
+        for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
+            __m512 lo[2], hi[2];
+            UNROLL for (int e = 0; e < 2; e++) {
+                __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(tb + 16 * (P + (size_t)e))));
+                lo[e] = _mm512_permutexvar_ps(b, lut);
+                hi[e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+            }
+            UNROLL for (int g = 0; g < GC; g++) {
+                const float *qg = qz + (size_t)g * W + 2 * P;
+                UNROLL for (int e = 0; e < 2; e++) {   /* A = 1: one chain; 2: low / high; 4: by e too */
+                    const int m0 = g * A + (A == 4 ? 2 * e : 0), m1 = g * A + (A == 1 ? 0 : A == 2 ? 1 : 2 * e + 1);
+                    a[m0] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e]), lo[e], a[m0]);
+                    a[m1] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e + 1]), hi[e], a[m1]);
+                }
+            }
+        }
+    }
+    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
+    __m512 sc = _mm512_set1_ps(1.0f);
+    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
+    UNROLL for (int g = 0; g < GC; g++) {
+        __m512 *ag = a + g * A;
+        if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
+        if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
+        __m512 v = ag[0];
+        if (k->rscale) v = _mm512_mul_ps(v, sc);
+        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
+        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    }
+}
+
+/* idx[p] = where the query element of transposed position p sits in a query of W columns in the order `from`
+ * (0: natural, 1: this file's int4 order, units of 32 with the even columns first). */
+static void tpos_index(int32_t *idx, size_t W, int from)
+{
+    for (size_t p = 0; p < W; p++) {
+        size_t j = tpos_col(p), u = j / 32, o = j % 32;
+        idx[p] = (int32_t)(from ? 32 * u + (o % 2 ? 16 + o / 2 : o / 2) : j);
+    }
+}
+
+/* dst[p] = src[idx[p]], p < W (W % 16 == 0). */
+INLINE void gather_w(float *dst, const float *src, const int32_t *idx, size_t W)
+{
+    for (size_t p = 0; p < W; p += 16)
+        _mm512_storeu_ps(dst + p, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(idx + p)), src, 4));
+}
+
+INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
+                      size_t n)
+{
+    for (size_t i = 0; i < n; i += KT) key_tile(F, GC, s, ls, qp, NULL, k, t0 + i, i, n - i < KT ? n - i : KT);
+}
+
+/* The query heads of one KV head in groups of 8, 4, 2, 1 (largest first). */
+#define HEAD_GROUPS(G, h, CALL)                                                                                  \
+    for (size_t h = 0; h < (G);) {                                                                               \
+        const size_t left_ = (G) - h;                                                                            \
+        if (left_ >= 8) {                                                                                        \
+            enum { GC = 8 };                                                                                     \
+            CALL;                                                                                                \
+            h += 8;                                                                                              \
+        } else if (left_ >= 4) {                                                                                 \
+            enum { GC = 4 };                                                                                     \
+            CALL;                                                                                                \
+            h += 4;                                                                                              \
+        } else if (left_ >= 2) {                                                                                 \
+            enum { GC = 2 };                                                                                     \
+            CALL;                                                                                                \
+            h += 2;                                                                                              \
+        } else {                                                                                                 \
+            enum { GC = 1 };                                                                                     \
+            CALL;                                                                                                \
+            h += 1;                                                                                              \
+        }                                                                                                        \
+    }
+
+/* ---- values ----------------------------------------------------------------------------------------------- */
+
+/* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
+ * w = wb[g*ws + i*per + k] of the unit's group k = (u+c) / gu (plain formats: per 1, one group). */
+INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
+                     size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t u)
+{
+    const size_t UB = unit_bytes(F);
+    const __m512 lut = F == F_KIVI ? lut_half() : lut_centred();
+    size_t kc[4];
+    UNROLL for (int c = 0; c < CU; c++) kc[c] = (u + (size_t)c) / gu;
+    __m512 a[16];
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < 2 * CU; c++) a[g * 2 * CU + c] = _mm512_loadu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c);
+    row += u * UB;
+    for (size_t i = 0; i < nt; i++, row += rb) {
+        __m512 x[4][2];
+        UNROLL for (int c = 0; c < CU; c++) cvt32(F, row + (size_t)c * UB, lut, x[c]);
+        UNROLL for (int g = 0; g < GC; g++)
+            UNROLL for (int c = 0; c < CU; c++) {
+                const __m512 w = _mm512_set1_ps(wb[(size_t)g * ws + i * per + kc[c]]);
+                a[g * 2 * CU + 2 * c] = _mm512_fmadd_ps(w, x[c][0], a[g * 2 * CU + 2 * c]);
+                a[g * 2 * CU + 2 * c + 1] = _mm512_fmadd_ps(w, x[c][1], a[g * 2 * CU + 2 * c + 1]);
+            }
+    }
+    UNROLL for (int g = 0; g < GC; g++)
+        UNROLL for (int c = 0; c < 2 * CU; c++) _mm512_storeu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c, a[g * 2 * CU + c]);
+}
+
+/* GC heads (acc, p at the first): tiles of up to VT tokens; weights w = p times the token scale (int4). */
+INLINE void val_heads(const int F, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
+                      size_t n)
+{
+    const size_t W = v->W, nu = W / 32, rb = v->row_bytes;
+    const int CU = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* units per column group: GC * 2 * CU <= 16 accumulators */
+    float wb[8 * VT] __attribute__((aligned(64)));
+    for (size_t i0 = 0; i0 < n; i0 += VT) {
+        const size_t nt = n - i0 < VT ? n - i0 : VT, t = t0 + i0;
+        const __mmask16 m0 = (__mmask16)(nt >= 16 ? 0xFFFFu : (1u << nt) - 1u);
+        const __mmask16 m1 = (__mmask16)(nt >= 32 ? 0xFFFFu : nt > 16 ? (1u << (nt - 16)) - 1u : 0u);
+        __m512 s0 = _mm512_set1_ps(1.0f), s1 = s0;
+        if (v->rscale) {
+            s0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, v->rscale + t));
+            s1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, v->rscale + t + 16));
+        }
+        UNROLL for (int g = 0; g < GC; g++) {
+            const float *pg = p + (size_t)g * lp + i0;
+            __m512 w0 = _mm512_maskz_loadu_ps(m0, pg), w1 = _mm512_maskz_loadu_ps(m1, pg + 16);
+            if (v->rscale) w0 = _mm512_mul_ps(w0, s0), w1 = _mm512_mul_ps(w1, s1);
+            _mm512_store_ps(wb + (size_t)g * VT, w0);
+            _mm512_store_ps(wb + (size_t)g * VT + 16, w1);
+        }
+        const uint8_t *row = v->codes + t * rb;
+        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
+        size_t u = 0;
+        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, acc, W, wb, VT, 1, nu, row, rb, nt, u);
+        for (; u < nu; u++) val_cols(F, GC, 1, acc, W, wb, VT, 1, nu, row, rb, nt, u);
+    }
+}
+
+/* ---- KIVI: 4-bit grouped intN, keys per channel, values per token ------------------------------------------ */
+
+/* KIVI's kernels here read 4-bit codes with FP16 scales and mins (asymmetric), W % 32 == 0 and W <= KV_MAXW;
+ * keys per channel (any group of tokens), values per token in groups of a multiple of 32 channels with
+ * ceil(W / g) dividing 16. Other intN shapes go to the AVX2 kernels (kernels_kivi_avx2.c). The interface is in
+ * natural column order; inside, units of 32 columns in int4's order here (even columns, then odd). */
+enum { KV_MAXW = 512 };
+
+/* 32 natural-order floats (a, b) -> kernel order (the even ones, then the odd ones), and back. */
+INLINE void deinterleave(__m512 a, __m512 b, __m512 *e, __m512 *o)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *e = _mm512_permutex2var_ps(a, ie, b);
+    *o = _mm512_permutex2var_ps(a, io, b);
+}
+INLINE void interleave(__m512 e, __m512 o, __m512 *a, __m512 *b)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *a = _mm512_permutex2var_ps(e, il, o);
+    *b = _mm512_permutex2var_ps(e, ih, o);
+}
+INLINE __m512 h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+
+static int kivi_keys_ok(const KRows *k)
+{
+    return k->bits == 4 && k->axis == STORE_AXIS_CHANNEL && !k->f32 && k->min && k->W % 32 == 0 && k->W <= KV_MAXW;
+}
+static int kivi_vals_ok(const KRows *v)
+{
+    return v->bits == 4 && v->axis == STORE_AXIS_TOKEN && !v->f32 && v->min && v->W % 32 == 0 && v->W <= KV_MAXW &&
+           v->g % 32 == 0 && 16 % v->per == 0;
+}
+
+/* Keys: per token group met, q' = q s (kernel order) and c = q . m for the G heads (float32, like the AVX2
+ * kernel), then the 16-row tiles score q' . n + c. */
+static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n, float *scr)
+{
+    const size_t W = k->W, g = k->g, nu = W / 32;
+    /* transposed tiles for two or more heads (q' in their order), else 16-row tiles (int4's order) */
+    const int tr = W % 128 == 0 && G >= 2;
+    /* scratch: qt (G, W) the queries in transposed order, qs (G, W) q', c (G), st (W) the scales, idx (W) */
+    float *qt = scr, *qs = qt + G * W, *c = qs + G * W, *st = c + G;
+    int32_t *idx = (int32_t *)(void *)(st + W);
+    float tmp[KV_MAXW] __attribute__((aligned(64)));
+    if (tr) {
+        tpos_index(idx, W, 0);
+        for (size_t h = 0; h < G; h++) gather_w(qt + h * W, q + h * W, idx, W);
+    }
+    const uint16_t *sc = k->scale, *mn = k->min;
+    for (size_t i = 0; i < n;) {
+        const size_t t = t0 + i, grp = t / g, p0 = grp * k->per;
+        size_t end = (grp + 1) * g - t0;
+        if (end > n) end = n;
+        if (tr) {   /* the group's scales in transposed order, once for the G heads */
+            for (size_t j = 0; j < W; j += 16) _mm512_store_ps(tmp + j, h16(sc + p0 + j));
+            gather_w(st, tmp, idx, W);
+        }
+        for (size_t h = 0; h < G; h++) {
+            const float *qh = q + h * W;
+            __m512 a = _mm512_setzero_ps();
+            for (size_t u = 0; u < nu; u++) {
+                __m512 x0 = _mm512_loadu_ps(qh + 32 * u), x1 = _mm512_loadu_ps(qh + 32 * u + 16);
+                if (tr) {
+                    _mm512_storeu_ps(qs + h * W + 32 * u, _mm512_mul_ps(_mm512_loadu_ps(qt + h * W + 32 * u), _mm512_loadu_ps(st + 32 * u)));
+                    _mm512_storeu_ps(qs + h * W + 32 * u + 16,
+                                     _mm512_mul_ps(_mm512_loadu_ps(qt + h * W + 32 * u + 16), _mm512_loadu_ps(st + 32 * u + 16)));
+                } else {
+                    __m512 e, o;
+                    deinterleave(_mm512_mul_ps(x0, h16(sc + p0 + 32 * u)), _mm512_mul_ps(x1, h16(sc + p0 + 32 * u + 16)), &e, &o);
+                    _mm512_storeu_ps(qs + h * W + 32 * u, e);
+                    _mm512_storeu_ps(qs + h * W + 32 * u + 16, o);
+                }
+                a = _mm512_fmadd_ps(x0, h16(mn + p0 + 32 * u), a);
+                a = _mm512_fmadd_ps(x1, h16(mn + p0 + 32 * u + 16), a);
+            }
+            c[h] = _mm512_reduce_add_ps(a);
+        }
+        if (tr) {
+            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile_t(F_KIVI, GC, s + h * ls, ls, qs + h * W,
+                                                                              c + h, k, t0 + r, r,
+                                                                              end - r < KT ? end - r : KT));
+        } else {
+            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + h * ls, ls, qs + h * W,
+                                                                            c + h, k, t0 + r, r,
+                                                                            end - r < KT ? end - r : KT));
+        }
+        i = end;
+    }
+}
+
+/* Values: per tile of up to VT tokens, the weights w = p s (per token and group) for the GC heads and the
+ * midpoints' share sum_t p (m + 7.5 s) per group (in lanes, folded at the end); the codes are read centred
+ * (n - 7.5), so acc = sum_t w (n - 7.5) + sum_t p (m + 7.5 s) is the value's s n + m split into two sums that
+ * do not cancel. Kernel-order accumulators ak, back to natural order at the end. */
+INLINE void kivi_val_heads(const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0, size_t n)
+{
+    const size_t W = v->W, nu = W / 32, rb = v->row_bytes, per = v->per, gu = v->g / 32, ws = VT * per;
+    const int CU = GC >= 8 ? 1 : GC == 4 ? 2 : 4;
+    float wb[8 * VT * 16] __attribute__((aligned(64))), ak[8 * KV_MAXW] __attribute__((aligned(64)));
+    const uint16_t *sc = v->scale, *mn = v->min;
+    memset(ak, 0, (size_t)GC * W * sizeof *ak);
+    __m512 msum[8];
+    UNROLL for (int g = 0; g < GC; g++) msum[g] = _mm512_setzero_ps();
+    __m512i pidx = _mm512_setzero_si512();   /* lane l: token l / per of the chunk */
+    {
+        int32_t ix[16];
+        for (int l = 0; l < 16; l++) ix[l] = (int32_t)((size_t)l / per);
+        pidx = _mm512_loadu_si512(ix);
+    }
+    const __m512 cen = _mm512_set1_ps(7.5f);
+    for (size_t i0 = 0; i0 < n; i0 += VT) {
+        const size_t nt = n - i0 < VT ? n - i0 : VT, t = t0 + i0, ne = nt * per;
+        for (size_t e = 0; e < ne; e += 16) {   /* 16 / per tokens x per groups */
+            const size_t left = ne - e, tl = (left + per - 1) / per;
+            const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+            const __mmask16 mt = (__mmask16)(tl >= 16 ? 0xFFFFu : (1u << tl) - 1u);
+            const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, sc + t * per + e));
+            const __m512 mid = _mm512_fmadd_ps(cen, sv, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, mn + t * per + e)));
+            UNROLL for (int g = 0; g < GC; g++) {
+                __m512 pv = _mm512_maskz_loadu_ps(mt, p + (size_t)g * lp + i0 + e / per);
+                __m512 pp = _mm512_maskz_permutexvar_ps(mk, pidx, pv);
+                _mm512_store_ps(wb + (size_t)g * ws + e, _mm512_mul_ps(pp, sv));
+                msum[g] = _mm512_fmadd_ps(pp, mid, msum[g]);
+            }
+        }
+        const uint8_t *row = v->codes + t * rb;
+        prefetch_range(row + (nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD), nt * rb);
+        size_t u = 0;
+        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, row, rb, nt, u);
+        for (; u < nu; u++) val_cols(F_KIVI, GC, 1, ak, W, wb, ws, per, gu, row, rb, nt, u);
+    }
+    UNROLL for (int g = 0; g < GC; g++) {
+        float ml[16], m[16];
+        _mm512_storeu_ps(ml, msum[g]);
+        for (size_t kk = 0; kk < per; kk++) {
+            float a = 0.0f;
+            for (size_t l = kk; l < 16; l += per) a += ml[l];
+            m[kk] = a;
+        }
+        float *o = acc + (size_t)g * W;
+        const float *kg = ak + (size_t)g * W;
+        for (size_t u = 0; u < nu; u++) {
+            __m512 a, b;
+            interleave(_mm512_load_ps(kg + 32 * u), _mm512_load_ps(kg + 32 * u + 16), &a, &b);
+            const __m512 mk = _mm512_set1_ps(m[u / gu]);
+            _mm512_storeu_ps(o + 32 * u, _mm512_add_ps(_mm512_loadu_ps(o + 32 * u), _mm512_add_ps(a, mk)));
+            _mm512_storeu_ps(o + 32 * u + 16, _mm512_add_ps(_mm512_loadu_ps(o + 32 * u + 16), _mm512_add_ps(b, mk)));
+        }
+    }
+}
+
+static void kivi_scores_slot(float *s, size_t ls, const float *q, size_t G, const KRows *k, size_t t0, size_t n,
+                             float *scr)
+{
+    if (!kivi_keys_ok(k)) {
+        decode_kivi_scores_avx2(s, ls, q, G, k, t0, n, scr);
+        return;
+    }
+    kivi_scores(s, ls, q, G, k, t0, n, scr);
+}
+
+static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
+                           float *scr)
+{
+    if (!kivi_vals_ok(v)) {
+        decode_kivi_vacc_avx2(acc, p, lp, G, v, t0, n, scr);
+        return;
+    }
+    const size_t W = v->W;
+    HEAD_GROUPS(G, h, kivi_val_heads(GC, acc + h * W, p + h * lp, lp, v, t0, n));
+}
+
+/* ---- the slots -------------------------------------------------------------------------------------------- */
+
+static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
+
+/* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
+ * query head per KV head when ONE_AVX2 (q4_0, int8, q8_0, f16: the AVX2 set's one-head kernels, q4_0's offset
+ * folded into the query, f16's streaming, measured as fast or faster there; not int4, whose column order here
+ * differs from the AVX2 set's). */
+#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2)                                                                  \
+    static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
+                              size_t n, float *scr)                                                            \
+    {                                                                                                          \
+        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+            avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
+            return;                                                                                            \
+        }                                                                                                      \
+        const size_t W = k->W;                                                                                 \
+        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n));                             \
+    }                                                                                                          \
+    static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
+                            size_t n, float *scr)                                                              \
+    {                                                                                                          \
+        if (v->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+            avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
+            return;                                                                                            \
+        }                                                                                                      \
+        const size_t W = v->W;                                                                                 \
+        HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
+    }
+
+DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0)
+
+/* int4 keys of two or more heads with W % 128 == 0 (W <= KV_MAXW): the transposed tiles, the query taken to
+ * their order once per call; other widths and one head: the 16-row tiles above. */
+static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    const size_t W = k->W;
+    if (W % 128 != 0 || W > KV_MAXW || G == 1) {   /* one head: the 16-row tiles (measured faster) */
+        scores_int4_tiles(s, ls, qp, G, k, t0, n, scr);
+        return;
+    }
+    int32_t idx[KV_MAXW];
+    float qt[8 * KV_MAXW] __attribute__((aligned(64)));
+    tpos_index(idx, W, 1);
+    for (size_t h0 = 0; h0 < G; h0 += 8) {
+        const size_t gn = G - h0 < 8 ? G - h0 : 8;
+        for (size_t h = 0; h < gn; h++) gather_w(qt + h * W, qp + (h0 + h) * W, idx, W);
+        HEAD_GROUPS(gn, h, for (size_t r = 0; r < n; r += KT) key_tile_t(F_INT4, GC, s + (h0 + h) * ls + r, ls,
+                                                                          qt + h * W, NULL, k, t0 + r, 0,
+                                                                          n - r < KT ? n - r : KT));
+    }
+}
+#define vacc_int4 vacc_int4_tiles
+DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
+DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
+DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
+
+/* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
+static void col_order_avx512(size_t *perm, StoreType t, size_t W)
+{
+    if (t != STORE_INT4 || W % 32 != 0) {
+        avx2_set()->col_order(perm, t, W);
+        return;
+    }
+    for (size_t p = 0; p < W; p++) {
+        size_t base = p / 32 * 32, o = p % 32;
+        perm[p] = base + (o < 16 ? 2 * o : 2 * (o - 16) + 1);
+    }
+}
+
+static KernelSet kernels_avx512;
+
+const KernelSet *decode_kernels_avx512(void)
+{
+    static int ready;
+    if (!ready) {
+        const KernelSet *a = avx2_set();
+        if (!a) return NULL;
+        kernels_avx512 = *a;
+        kernels_avx512.name = "avx512";
+        kernels_avx512.scores[STORE_INT4] = scores_int4;
+        kernels_avx512.scores[STORE_Q4_0] = scores_q4_0;
+        kernels_avx512.vacc[STORE_INT4] = vacc_int4;
+        kernels_avx512.vacc[STORE_Q4_0] = vacc_q4_0;
+        kernels_avx512.scores[STORE_INT8] = scores_int8;
+        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512.scores[STORE_F16] = scores_f16;
+        kernels_avx512.vacc[STORE_INT8] = vacc_int8;
+        kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
+        kernels_avx512.vacc[STORE_F16] = vacc_f16;
+        kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
+        kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
+        kernels_avx512.col_order = col_order_avx512;
+        ready = 1;
+    }
+    return &kernels_avx512;
+}
+
+#else
+/* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
+const KernelSet *decode_kernels_avx512(void) { return NULL; }
+#endif
