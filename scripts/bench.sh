@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench.sh: the decode-speed benchmark at full size (`make bench`; arguments are passed to kvc bench).
 # Writes results/bench.csv (every row) and results/bench.txt (the machine at the top, the table, then the
-# issue's targets checked against the rows). Timing targets live here, never in `make test`.
+# issue's targets checked against the rows), then the grouped-query rows (results/bench-gqa.csv) and their targets. Timing targets live here, never in `make test`.
 # The shape is issue 5's: T = 65536 tokens, 8 KV heads, D = 128, one layer; 8 and 32 query heads (GQA);
 # 1 and 2 threads. Formats: kvc bench's default list (f32 ... lr32/f16, kivi4, kivi2). The caches are larger than the last-level cache (f16: 268 MB; int2: 36 MB).
 set -eu
@@ -51,6 +51,49 @@ END {
         }
     }
 }' results/bench.csv.tmp >> results/bench.txt.tmp
+
+# Grouped-query decode (issue 14): the formats people run, at G = 1, 4 and 8 query heads per KV head (8, 32 and 64
+# query heads on 8 KV heads), 1 and 2 threads, no naive path; its rows go to results/bench-gqa.csv, its table and
+# the issue's targets to the end of results/bench.txt.
+$KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 128 --threads 1,2 --repeat 10 \
+    --naive-repeat 0 --formats f16,int8,e4m3,q8_0,int4,q4_0,kivi4 --csv-file results/bench-gqa.csv.tmp "$@" \
+    > results/bench-gqa.txt.tmp
+{
+    echo
+    echo "# grouped-query decode (issue 14): 8 KV heads x 8, 32, 64 query heads (G = 1, 4, 8); same shape otherwise"
+    grep -v '^#' results/bench-gqa.txt.tmp
+    awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    {
+        key = $col["format"] "|" $col["q_heads"] / $col["kv_heads"] "|" $col["threads"]
+        pct[key] = $col["pct_bw"]; ms[key] = $col["ms_median"]; gb[key] = $col["gbps"]
+        bwt[$col["threads"]] = $col["bw_gbps"]
+    }
+    function show(name, got, want, cmp,   ok) {
+        if (got == "") { printf "  %-52s %10s   (not measured)\n", name, "-"; return }
+        ok = (cmp == ">=") ? (got + 0 >= want) : (got + 0 <= want)
+        printf "  %-52s %10.2f   target %s %-6g %s\n", name, got, cmp, want, ok ? "met" : "MISSED"
+    }
+    END {
+        n = split("f16 int8 e4m3 q8_0 int4 q4_0 kivi4", f, " ")
+        print ""
+        print "# targets (issue 14), 1 thread: percent of the read bandwidth measured in this run"
+        for (i = 1; i <= n; i++) {
+            four = (f[i] == "int4" || f[i] == "q4_0" || f[i] == "kivi4")
+            show(f[i] " G=4 %bw", pct[f[i] "|4|1"], four ? 60 : 75, ">=")
+            show(f[i] " G=1 %bw", pct[f[i] "|1|1"], four ? 70 : 80, ">=")
+            if (ms[f[i] "|8|1"] != "" && ms[f[i] "|4|1"] != "")
+                show(f[i] " time(G=8) / time(G=4)", ms[f[i] "|8|1"] / ms[f[i] "|4|1"], 1.3, "<=")
+        }
+        print "# 2 threads: speed-up over 1 thread where 1 thread reads below 60 % of the 2-thread bandwidth"
+        for (i = 1; i <= n; i++)
+            for (g = 1; g <= 8; g *= (g == 1 ? 4 : 2))
+                if (gb[f[i] "|" g "|1"] != "" && ms[f[i] "|" g "|2"] != "" && gb[f[i] "|" g "|1"] < 0.6 * bwt[2])
+                    show(f[i] " G=" g " time(1 thread) / time(2 threads)", ms[f[i] "|" g "|1"] / ms[f[i] "|" g "|2"], 1.7, ">=")
+    }' results/bench-gqa.csv.tmp
+} >> results/bench.txt.tmp
+rm -f results/bench-gqa.txt.tmp
+mv results/bench-gqa.csv.tmp results/bench-gqa.csv
 mv results/bench.csv.tmp results/bench.csv
 mv results/bench.txt.tmp results/bench.txt
-echo "wrote results/bench.csv and results/bench.txt" >&2
+echo "wrote results/bench.csv, results/bench-gqa.csv and results/bench.txt" >&2
