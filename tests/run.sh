@@ -33,6 +33,7 @@ test_model.c
 test_quant.c
 test_rng.c
 test_store.c
+test_stream.c
 test_tensorio.c
 test_timing.c
 test_units.c

@@ -241,7 +241,7 @@ int cmd_run(int argc, char **argv)
     Data d;
     sweep_phase(sw, "making data");
     xalloc_context("%s: making the data", path);
-    if (data_make(&d, &cfg)) {
+    if (data_make_run(&d, &cfg)) {
         sweep_close(sw, 0);
         config_free(&cfg);
         goto usage;
