@@ -148,14 +148,15 @@ static int parse_keys(const JsonCtx *c, Config *cfg, const cJSON *keys)
     return 0;
 }
 
-/* The bound on queries: L x H_q x n x max(T, D) numbers (the queries and their attention weights). */
+/* The bound on queries: H_q x n x max(T, D) numbers per layer (a layer's queries and their attention weights, made
+ * a layer at a time for streamed data), and L x H_q x n x D (the queries, held whole). */
 static int check_query_count(const JsonCtx *c, const Config *cfg, const char *path, const cJSON *node, size_t n)
 {
-    size_t x, m = cfg->dims.T > cfg->dims.D ? cfg->dims.T : cfg->dims.D;
-    if (size_mul(cfg->layers, cfg->q_heads, &x) || size_mul(x, n, &x) || size_mul(x, m, &x) ||
-        x > CONFIG_MAX_NUMBERS)
-        return json_bad(c, path, node, "layers x q_heads x queries x max(tokens, head_dim) must be at most %lu numbers",
-                   CONFIG_MAX_NUMBERS);
+    size_t x, y, m = cfg->dims.T > cfg->dims.D ? cfg->dims.T : cfg->dims.D;
+    if (size_mul(cfg->q_heads, n, &x) || size_mul(x, m, &y) || y > CONFIG_MAX_NUMBERS ||
+        size_mul(x, cfg->layers, &x) || size_mul(x, cfg->dims.D, &x) || x > CONFIG_MAX_NUMBERS)
+        return json_bad(c, path, node, "q_heads x queries x max(tokens, head_dim) per layer and layers x q_heads x "
+                        "queries x head_dim must each be at most %lu numbers", CONFIG_MAX_NUMBERS);
     return 0;
 }
 

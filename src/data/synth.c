@@ -245,8 +245,9 @@ static void smallest_k(size_t *out, const double *u, size_t n, size_t k, size_t 
     free(s);
 }
 
-/* keys.outlier_channels, one layer: `count` channels get a constant offset sign * m * median|K[h]| (K is (H, T, D)). */
-static void outlier_channels(Gen *r, const Config *cfg, double *K, unsigned char *mask)
+/* keys.outlier_channels, one layer: `count` channels get a constant offset sign * m * median|K[h]| (K is (H, T, D)).
+ * med (H,): the medians, computed here and kept (known 0), or known from an earlier making of the layer (1). */
+static void outlier_channels(Gen *r, const Config *cfg, double *K, unsigned char *mask, double *med, int known)
 {
     size_t H = cfg->kv_heads, T = cfg->dims.T, D = cfg->dims.D, n = cfg->oc_count;
     double *u = uniform(r, D), *mu = uniform(r, H * n), *su = uniform(r, H * n);
@@ -254,11 +255,12 @@ static void outlier_channels(Gen *r, const Config *cfg, double *K, unsigned char
     smallest_k(chan, u, D, n, 0);
     for (size_t k = 0; k < n; k++) mask[chan[k]] = 1;
     for (size_t h = 0; h < H; h++) {
-        double *Kh = K + h * T * D, med = median_abs(Kh, T * D);
+        double *Kh = K + h * T * D;
+        if (!known) med[h] = median_abs(Kh, T * D);
         for (size_t k = 0; k < n; k++) {
             size_t i = h * n + k;
             double m = cfg->oc_lo * pow(cfg->oc_hi / cfg->oc_lo, mu[i]);
-            double off = (su[i] < 0.5 ? -1.0 : 1.0) * m * med;
+            double off = (su[i] < 0.5 ? -1.0 : 1.0) * m * med[h];
             for (size_t t = 0; t < T; t++) Kh[t * D + chan[k]] = Kh[t * D + chan[k]] + off;
         }
     }
@@ -373,7 +375,7 @@ typedef struct LayerOut {
 /* Layer g->l of the data, in the draw order (README "Draw order") restricted to that layer. rope: the table
  * (dims 0 without RoPE); mask: (D,) the layer's outlier mask, set here, or NULL when there is none. */
 static void make_layer(Gen *r, const Config *cfg, const Rope *rope, const size_t *obs_pos, unsigned char *mask,
-                       LayerOut *o)
+                       double *med, int med_known, LayerOut *o)
 {
     size_t H = cfg->kv_heads, Hq = cfg->q_heads, T = cfg->dims.T, D = cfg->dims.D;
     size_t g = cfg->head_group, m = T * D, n = H * m;
@@ -416,7 +418,7 @@ static void make_layer(Gen *r, const Config *cfg, const Rope *rope, const size_t
     }
 
     /* 7. outlier channels per layer (pre-RoPE) */
-    if (cfg->oc_count > 0) outlier_channels(r, cfg, K, mask);
+    if (cfg->oc_count > 0) outlier_channels(r, cfg, K, mask, med, med_known);
 
     /* 8. RoPE, 9. spread, heavy hitters, recent tokens and sinks in attention space */
     double *Ka = K;
@@ -533,6 +535,7 @@ typedef struct DataStream {
     const Config *cfg;
     Gen gen;         /* the recorded block states */
     Rope rope;       /* the generator's table (dims 0 without RoPE) */
+    double *med;     /* (L, H) outlier channels: median |K| of each head, kept from the first making */
 } DataStream;
 
 int synth_stream_wanted(const Config *cfg)
@@ -567,6 +570,7 @@ static int make_data(Data *d, const Config *cfg, int stream)
         d->obs_pos = xmalloc(d->W * sizeof *d->obs_pos);
         for (size_t j = 0; j < d->W; j++) d->obs_pos[j] = T - d->W + j;
     }
+    st->med = xmalloc(L * H * sizeof *st->med);
     if (cfg->has_rope) rope_init(&st->rope, cfg->rope_base, cfg->rope_dims, cfg->rope_style == ROPE_INTERLEAVED, T, D);
     if (cfg->n_outliers > 0 || cfg->oc_count > 0) d->outlier_mask = xcalloc(L * D, 1);
     size_t nq = d->Hq * d->N * D, no = d->Hq * d->W * D, n = H * m;
@@ -584,7 +588,8 @@ static int make_data(Data *d, const Config *cfg, int stream)
         LayerOut o;
         g->l = l;
         g->k = 0;
-        make_layer(g, cfg, &st->rope, d->obs_pos, d->outlier_mask ? d->outlier_mask + l * D : NULL, &o);
+        make_layer(g, cfg, &st->rope, d->obs_pos, d->outlier_mask ? d->outlier_mask + l * D : NULL,
+                   st->med + l * H, 0, &o);
         g->record = 0;
         check_layer(&c, d, l, o.K, o.V, o.Q, o.O);
         if (o.Q) memcpy(d->Q + l * nq, o.Q, nq * sizeof *o.Q);
@@ -606,6 +611,7 @@ static int make_data(Data *d, const Config *cfg, int stream)
     } else {
         rope_free(&st->rope);
         free(g->states);
+        free(st->med);
         free(st);
     }
     if (check_report(&c)) {
@@ -640,7 +646,7 @@ void data_layer(DataLayer *dl, const Data *d, size_t l)
     g.k = 0;
     unsigned char *mask = d->outlier_mask ? xcalloc(d->D, 1) : NULL;
     LayerOut o;
-    make_layer(&g, st->cfg, &st->rope, d->obs_pos, mask, &o);
+    make_layer(&g, st->cfg, &st->rope, d->obs_pos, mask, st->med + l * d->H, 1, &o);
     free(mask);
     free(o.Q);
     free(o.O);
@@ -704,6 +710,7 @@ void data_free(Data *d)
     if (d->stream) {
         rope_free(&d->stream->rope);
         free(d->stream->gen.states);
+        free(d->stream->med);
         free(d->stream);
     }
     model_source_free(d->model);

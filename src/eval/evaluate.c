@@ -390,106 +390,116 @@ static void eval_free(Eval *e)
     free(e->err); free(e->kl); free(e->ret); free(e->rec);
 }
 
-/* Runs the method on every layer (its data and reference made now when the data is streamed); fills the aggregate
- * row and/or the per-head rows. */
-static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
-                    Timing *tm)
-{
-    size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D, nh = L * H;
+/* One experiment being evaluated: its rows, what it has measured so far, its stored forms (timing) and its model
+ * rows. */
+typedef struct Job {
+    const Experiment *ex;
+    Row *agg, *heads;
     Eval e;
-    memset(&e, 0, sizeof e);
-    e.d = d;
-    e.ref = ref;
-    e.m = m;
-    e.hasK = xcalloc(nh, 1);
-    e.hasV = xcalloc(nh, 1);
-    e.evicts = xcalloc(nh, 1);
-    e.bytes = xcalloc(nh, sizeof *e.bytes);
-    if (heads) e.hn = xcalloc(nh, sizeof *e.hn);
-    normacc_init(&e.kd);
-    normacc_init(&e.kr);
-    normacc_init(&e.vd);
-    normacc_init(&e.vr);
-    normacc_init(&e.od);
-    normacc_init(&e.orr);
-    if (ref->nq) {
-        e.err = xmalloc(ref->nq * sizeof *e.err);
-        e.kl = xmalloc(ref->nq * sizeof *e.kl);
-        e.ret = xmalloc(ref->nq * sizeof *e.ret);
-        e.rec = xmalloc(ref->nq * sizeof *e.rec);
-    }
-    size_t k_recall = cfg->recall_k < T ? cfg->recall_k : T;
-    if (k_recall == 0) k_recall = T < 32 ? T : 32;
-    MethodInput *ins = xcalloc(H, sizeof *ins);
-    Compressed *cs = xcalloc(H, sizeof *cs);
-    int timed = tm && agg;   /* the heads' stored forms are gathered into one cache and timed at the end */
+    int timed;               /* the heads' stored forms are gathered into one cache and timed at the end */
     TimedCache stored;
-    timing_cache_init(&stored, L, H);
-    LlamaRows *lm_rows = d->model && agg ? xcalloc(nh, sizeof *lm_rows) : NULL;   /* the model's compressed cache */
-    int rc = 0;
-    for (size_t l = 0; l < L && rc == 0; l++) {
-        DataLayer dl;
-        RefLayer rl;
-        data_layer(&dl, d, l);
-        ref_layer(&rl, ref, d, l, &dl);
-        /* streamed data is made again for each experiment at new addresses: its decompositions are the layer's */
-        SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
-        for (size_t h = 0; h < H; h++) {
-            MethodInput *in = &ins[h];
-            *in = (MethodInput){.T = T, .D = D, .K = dl.K + h * m, .V = dl.V ? dl.V + h * m : NULL,
-                                .w_ref = rl.wsum ? rl.wsum + h * T : NULL,
-                                .K_att = rl.Katt ? rl.Katt + h * m : NULL, .layer = l, .head = h,
-                                .seed = cfg->seed, .svd = svd};
-            if (d->O) {
-                in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
-                in->obs_pos = d->obs_pos;
-                in->n_obs_heads = G;
-                in->n_obs = d->W;
-            }
-        }
-        rc = method_run(cs, ex, ins, H, timed);
-        for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, l, h);
-        for (size_t h = 0; rc == 0 && h < H; h++) {
-            size_t b = l * H + h;
-            const double *K = dl.K + h * m, *V = dl.V ? dl.V + h * m : NULL;
-            Compressed c = cs[h];
-            memset(&cs[h], 0, sizeof c);
-            e.hasK[b] = c.K != NULL;
-            e.hasV[b] = c.V != NULL;
-            e.evicts[b] = c.kept != NULL;
-            e.bytes[b] = c.bytes;
-            if (timed) timing_cache_add(&stored, &c.stored);
-            if (ref->nq) head_attention(&e, &rl, l, h, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
-            if (lm_rows) model_rows_set(&lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
-            /* K' - K and V' - V, computed in place in K' and V' once the attention has read them */
-            head_norms(&e, b, agg != NULL, K, V, c.K, c.V);
-            compressed_free(&c);
-        }
-        for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
-        if (d->stream) svdcache_free(svd);
-        ref_layer_free(&rl);
-        data_layer_free(&dl);
+    LlamaRows *lm_rows;      /* the model's compressed cache, or NULL */
+} Job;
+
+static void job_init(Job *j, Row *agg, Row *heads, const Experiment *ex, const Data *d, const Reference *ref,
+                     const Timing *tm)
+{
+    size_t nh = d->L * d->H;
+    memset(j, 0, sizeof *j);
+    j->ex = ex;
+    j->agg = agg;
+    j->heads = heads;
+    Eval *e = &j->e;
+    e->d = d;
+    e->ref = ref;
+    e->m = d->T * d->D;
+    e->hasK = xcalloc(nh, 1);
+    e->hasV = xcalloc(nh, 1);
+    e->evicts = xcalloc(nh, 1);
+    e->bytes = xcalloc(nh, sizeof *e->bytes);
+    if (heads) e->hn = xcalloc(nh, sizeof *e->hn);
+    normacc_init(&e->kd);
+    normacc_init(&e->kr);
+    normacc_init(&e->vd);
+    normacc_init(&e->vr);
+    normacc_init(&e->od);
+    normacc_init(&e->orr);
+    if (ref->nq) {
+        e->err = xmalloc(ref->nq * sizeof *e->err);
+        e->kl = xmalloc(ref->nq * sizeof *e->kl);
+        e->ret = xmalloc(ref->nq * sizeof *e->ret);
+        e->rec = xmalloc(ref->nq * sizeof *e->rec);
     }
-    free(ins);
-    free(cs);
-    if (rc) {
-        timing_cache_free(&stored);
-        eval_free(&e);
-        model_rows_free(lm_rows, nh);
-        free(lm_rows);
-        return -1;
+    j->timed = tm && agg;
+    timing_cache_init(&j->stored, d->L, d->H);
+    j->lm_rows = d->model && agg ? xcalloc(nh, sizeof *j->lm_rows) : NULL;
+}
+
+static void job_free(Job *j)
+{
+    timing_cache_free(&j->stored);
+    eval_free(&j->e);
+    if (j->lm_rows) model_rows_free(j->lm_rows, j->e.d ? j->e.d->L * j->e.d->H : 0);
+    free(j->lm_rows);
+    memset(j, 0, sizeof *j);
+}
+
+/* The layer in flight: its data, reference and the inputs of its heads. */
+typedef struct Layer {
+    size_t l;
+    DataLayer dl;
+    RefLayer rl;
+    MethodInput *ins;    /* (H,) */
+    Compressed *cs;      /* (H,) */
+    size_t k_recall;
+} Layer;
+
+/* Runs job j's method on layer y and measures its heads. 0, or -1 with kvc_fail set. */
+static int job_layer(Job *j, const Layer *y, const Data *d)
+{
+    size_t H = d->H, T = d->T, D = d->D, m = T * D, l = y->l;
+    Compressed *cs = y->cs;
+    Eval *e = &j->e;
+    int rc = method_run(cs, j->ex, y->ins, H, j->timed);
+    for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, l, h);
+    for (size_t h = 0; rc == 0 && h < H; h++) {
+        size_t b = l * H + h;
+        const double *K = y->dl.K + h * m, *V = y->dl.V ? y->dl.V + h * m : NULL;
+        Compressed c = cs[h];
+        memset(&cs[h], 0, sizeof c);
+        e->hasK[b] = c.K != NULL;
+        e->hasV[b] = c.V != NULL;
+        e->evicts[b] = c.kept != NULL;
+        e->bytes[b] = c.bytes;
+        if (j->timed) timing_cache_add(&j->stored, &c.stored);
+        if (e->ref->nq) head_attention(e, &y->rl, l, h, &c, c.K ? c.K : K, c.V ? c.V : V, y->k_recall);
+        if (j->lm_rows) model_rows_set(&j->lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
+        /* K' - K and V' - V, computed in place in K' and V' once the attention has read them */
+        head_norms(e, b, j->agg != NULL, K, V, c.K, c.V);
+        compressed_free(&c);
     }
+    for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
+    return rc;
+}
+
+/* Fills job j's rows once every layer has run. 0, or -1 with kvc_fail set (the model's scoring failed). */
+static int job_finish(Job *j, const Data *d, Timing *tm)
+{
+    Eval *e = &j->e;
+    const Reference *ref = e->ref;
+    size_t H = d->H, Hq = d->Hq, G = Hq / H, nh = d->L * H;
+    Row *agg = j->agg;
     if (agg) {
         memset(agg, 0, sizeof *agg);
-        agg->ex = ex;
-        Norms nm = {normacc_norm(&e.kd), normacc_norm(&e.kr), normacc_norm(&e.vd), normacc_norm(&e.vr),
-                    normacc_norm(&e.od), normacc_norm(&e.orr), e.zeros, e.nord};
-        fill_row(agg, &e, 0, nh, 0, ref->nq, &nm);
-        if (timed && stored.none) {
-            agg->no_timing = stored.none;
-        } else if (timed) {
+        agg->ex = j->ex;
+        Norms nm = {normacc_norm(&e->kd), normacc_norm(&e->kr), normacc_norm(&e->vd), normacc_norm(&e->vr),
+                    normacc_norm(&e->od), normacc_norm(&e->orr), e->zeros, e->nord};
+        fill_row(agg, e, 0, nh, 0, ref->nq, &nm);
+        if (j->timed && j->stored.none) {
+            agg->no_timing = j->stored.none;
+        } else if (j->timed) {
             double ns, sp;
-            if (timing_measure(tm, &stored, &ns, &sp)) {   /* the quality numbers stand; the note says why */
+            if (timing_measure(tm, &j->stored, &ns, &sp)) {   /* the quality numbers stand; the note says why */
                 snprintf(agg->no_timing_buf, sizeof agg->no_timing_buf, "%s", kvc_errmsg());
                 agg->no_timing = agg->no_timing_buf;
             } else {
@@ -498,44 +508,108 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 set(agg, COL_DECODE_NS_MAD, timing_last_mad(tm));
             }
         }
-        timing_cache_free(&stored);
-        if (lm_rows) {
+        timing_cache_free(&j->stored);
+        if (j->lm_rows) {
             double lm[5];
-            int lrc = model_source_score(lm, d->model, lm_rows);
-            model_rows_free(lm_rows, nh);
-            free(lm_rows);
-            if (lrc) {
-                eval_free(&e);
-                return -1;
-            }
+            int rc = model_source_score(lm, d->model, j->lm_rows);
+            model_rows_free(j->lm_rows, nh);
+            free(j->lm_rows);
+            j->lm_rows = NULL;
+            if (rc) return -1;
             for (int k = 0; k < 4; k++) set(agg, (Column)(COL_LM_KL + k), lm[k]);
             if (d->model->n_answers) set(agg, COL_RECALL_ACC, lm[4]);
         }
-    } else {
-        timing_cache_free(&stored);
     }
-    for (size_t b = 0; heads && b < nh; b++) {
-        Row *row = &heads[b];
+    for (size_t b = 0; j->heads && b < nh; b++) {
+        Row *row = &j->heads[b];
         memset(row, 0, sizeof *row);
-        row->ex = ex;
+        row->ex = j->ex;
         row->per_head = 1;
         row->layer = b / H;
         row->head = b % H;
         size_t gq = G * d->N;
-        fill_row(row, &e, b, 1, ref->nq ? (b / H * Hq + b % H * G) * d->N : 0, ref->nq ? gq : 0, &e.hn[b]);
+        fill_row(row, e, b, 1, ref->nq ? (b / H * Hq + b % H * G) * d->N : 0, ref->nq ? gq : 0, &e->hn[b]);
     }
-    eval_free(&e);
     return 0;
+}
+
+/* Runs experiments exs[0..n) layer by layer: each layer (made now when the data is streamed) and its reference
+ * serve every experiment before the next layer; fills their aggregate rows aggs[k] and/or per-head rows heads[k]
+ * (either array may be NULL). When experiment k fails, the experiments after it are dropped, those before it
+ * finish: returns -1 with kvc_fail set and *failed = k; else 0. */
+static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const *exs, size_t n, const Config *cfg,
+                    const Data *d, const Reference *ref, Timing *tm, size_t *failed)
+{
+    size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D;
+    Job *jobs = xcalloc(n, sizeof *jobs);
+    for (size_t k = 0; k < n; k++) job_init(&jobs[k], aggs ? aggs[k] : NULL, heads ? heads[k] : NULL, exs[k], d, ref, tm);
+    Layer y = {.ins = xcalloc(H, sizeof *y.ins), .cs = xcalloc(H, sizeof *y.cs)};
+    y.k_recall = cfg->recall_k < T ? cfg->recall_k : T;
+    if (y.k_recall == 0) y.k_recall = T < 32 ? T : 32;
+    size_t live = n;   /* jobs [0, live) still run */
+    int rc = 0;
+    char msg[1024] = "";
+    for (size_t l = 0; l < L && live > 0; l++) {
+        y.l = l;
+        data_layer(&y.dl, d, l);
+        ref_layer(&y.rl, ref, d, l, &y.dl);
+        /* streamed data is made again at new addresses: its decompositions are the layer's */
+        SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
+        for (size_t h = 0; h < H; h++) {
+            MethodInput *in = &y.ins[h];
+            *in = (MethodInput){.T = T, .D = D, .K = y.dl.K + h * m, .V = y.dl.V ? y.dl.V + h * m : NULL,
+                                .w_ref = y.rl.wsum ? y.rl.wsum + h * T : NULL,
+                                .K_att = y.rl.Katt ? y.rl.Katt + h * m : NULL, .layer = l, .head = h,
+                                .seed = cfg->seed, .svd = svd};
+            if (d->O) {
+                in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
+                in->obs_pos = d->obs_pos;
+                in->n_obs_heads = G;
+                in->n_obs = d->W;
+            }
+        }
+        for (size_t k = 0; k < live; k++)
+            if (job_layer(&jobs[k], &y, d)) {   /* the experiments after k would not have run */
+                snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+                for (size_t x = k; x < live; x++) job_free(&jobs[x]);
+                *failed = k;
+                rc = -1;
+                live = k;
+            }
+        if (d->stream) svdcache_free(svd);
+        ref_layer_free(&y.rl);
+        data_layer_free(&y.dl);
+    }
+    free(y.ins);
+    free(y.cs);
+    for (size_t k = 0; k < live; k++)
+        if (job_finish(&jobs[k], d, tm) && rc == 0) {   /* only the model's scoring fails here */
+            snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+            *failed = k;
+            rc = -1;
+        }
+    for (size_t k = 0; k < n; k++) job_free(&jobs[k]);
+    free(jobs);
+    if (rc) kvc_fail("%s", msg);
+    return rc;
 }
 
 int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
                     Timing *tm)
 {
-    return evaluate(row, NULL, ex, cfg, d, ref, tm);
+    size_t failed;
+    return evaluate(&row, NULL, &ex, 1, cfg, d, ref, tm, &failed);
 }
 
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref)
 {
-    return evaluate(NULL, rows, ex, cfg, d, ref, NULL);
+    size_t failed;
+    return evaluate(NULL, &rows, &ex, 1, cfg, d, ref, NULL, &failed);
+}
+
+int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, int per_head, const Config *cfg,
+                     const Data *d, const Reference *ref, size_t *failed)
+{
+    return evaluate(per_head ? NULL : rows, per_head ? rows : NULL, exs, n, cfg, d, ref, NULL, failed);
 }

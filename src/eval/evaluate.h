@@ -41,6 +41,16 @@ int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Dat
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref);
 
+/* Experiments exs[0..n) at once, without decode timing, layer by layer: each layer of the data (made once for all
+ * of them when the data is streamed, data/synth.h) and its reference serve every experiment before the next, so
+ * streamed data is made once instead of once per experiment. rows[k] gets experiment k's aggregate row, or with
+ * per_head its d->L * d->H per-head rows; the same rows as eval_experiment / eval_experiment_per_head one at a
+ * time. When experiment k fails, the ones after it are not run and the ones before it finish: -1 with kvc_fail
+ * set (experiment k's error) and *failed = k; else 0. Memory: one experiment's working set at a time, plus what
+ * each keeps until the end (its per-query errors and per-head numbers). */
+int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, int per_head, const Config *cfg,
+                     const Data *d, const Reference *ref, size_t *failed);
+
 /* numpy's np.percentile(x, p) with the default linear method; sorts x[0..n) in place; n >= 1. */
 double eval_percentile(double *x, size_t n, double p);
 

@@ -14,12 +14,6 @@ void normacc_init(NormAcc *a)
     a->e = INT_MIN;
 }
 
-/* x * 2^-e, rounded once as ldexp(x, -e) is */
-static double scaled(double x, int e)
-{
-    if (e > -1000 && e < 1000) return x * ldexp(1.0, -e);
-    return ldexp(x, -e);
-}
 
 /* The fallback's running sum of scaled squares (la_norm's loop with the final exponent, see normacc.h). */
 static void fallback_add(NormAcc *a, const double *x, size_t n)
@@ -31,14 +25,15 @@ static void fallback_add(NormAcc *a, const double *x, size_t n)
             if (isinf(m)) continue;   /* the norm is inf: the sum no longer matters */
             int e;
             frexp(m, &e);
-            if (a->e == INT_MIN) a->e = e;
-            else if (e > a->e) {
-                a->s = ldexp(a->s, 2 * (a->e - e));
+            if (a->e == INT_MIN || e > a->e) {
+                if (a->e != INT_MIN) a->s = ldexp(a->s, 2 * (a->e - e));
                 a->e = e;
+                a->scale = ldexp(1.0, -e);
             }
         }
         if (a->e == INT_MIN || isinf(a->amax)) continue;   /* zeros so far add zero */
-        double y = scaled(x[i], a->e);
+        /* x * 2^-e rounds once, as ldexp(x, -e) does, while 2^-e is a normal number */
+        double y = a->e > -1000 && a->e < 1000 ? x[i] * a->scale : ldexp(x[i], -a->e);
         a->s = a->s + y * y;
     }
 }

@@ -25,6 +25,7 @@ typedef struct NormAcc {
     int e;               /* fallback: the exponent of the largest magnitude so far (frexp), INT_MIN for none */
     double amax;         /* fallback: the largest magnitude so far */
     double s;            /* fallback: sum of (x / 2^e)^2 in order, at the running e */
+    double scale;        /* 2^-e */
 } NormAcc;
 
 void normacc_init(NormAcc *a);
