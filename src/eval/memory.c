@@ -75,6 +75,12 @@ void memory_estimate(MemEstimate *e, const Config *cfg, const MemRun *r)
             e->largest = i;
         }
     }
+    if (stream && !r->timing) {   /* the experiments run together a layer at a time: each keeps its numbers */
+        uint64_t runs = 0;
+        for (size_t i = 0; i < cfg->n_exps; i++) runs += !r->runs || r->runs[i];
+        uint64_t keep = add(mul(4, nq), mul(mul(L, H), 8));   /* per-query errors, per-head numbers */
+        e->experiment = add(e->experiment, mul(8, mul(runs ? runs - 1 : 0, keep)));
+    }
     if (r->timing) e->timing = add(mul(4, mul(1 + v, n)), mul(4, mul(mul(L, Hq), D)));
     e->rows = mul(mul(2 * cfg->n_exps, r->per_head ? mul(L, H) : 1), sizeof(Row));   /* run's, a table's */
     uint64_t run = add(add(e->reference, e->experiment), e->timing);

@@ -19,7 +19,9 @@
  *               its SVD copies (8 x 2 T D, or 8 x 2 H T D for a joint basis), also as a pipeline step. Errors over
  *               every head are norms fed head by head (src/eval/normacc.h), never tensors. Streamed, also the
  *               layer made for the experiment (its K and V, a second copy and its queries' draws, as in "making
- *               it") and its reference, 8 (Hq N (D + 2 T) + H T) (+ 8 H T D for keys cached before RoPE)
+ *               it") and its reference, 8 (Hq N (D + 2 T) + H T) (+ 8 H T D for keys cached before RoPE); without
+ *               timing the experiments then run together a layer at a time (eval_experiments), and each other one
+ *               keeps its numbers meanwhile: 8 (4 L Hq N + 8 L H)
  *   timing      the FP16 cache and the stored form of the timed decode step: 4 n (1 + v) (not with --per-head
  *               or --no-timing): decode timing holds every layer
  *   (limits)    under `ulimit -v` or `ulimit -d` also the OpenBLAS buffer (memlimit.h) and 8 MB of stack per
