@@ -2,7 +2,10 @@
  *
  * L layers, H KV heads, Hq query heads, G = Hq / H, T tokens, D head dim, N evaluation queries per
  * (layer, query head). The reference (exact attention of every evaluation query) is computed once per config
- * (eval_reference) and shared. For each experiment the method runs once per (layer, KV head) on that head's
+ * (eval_reference) and shared; for streamed data (data/synth.h) each layer's is computed with the layer, and the
+ * Reference holds only nq and the SVD cache. The evaluation runs layer by layer: a layer's data (data_layer) and
+ * its reference serve the method of every experiment evaluated at once; aggregate norms are fed head by head
+ * (eval/normacc.h), so no tensor over every head is held beside the data. For each experiment the method runs once per (layer, KV head) on that head's
  * (T, D) cache (or, with MethodDesc.apply_layer, once per layer on all of its KV heads: share_heads, lowrank joint,
  * pipeline); the shared attention kernel runs every evaluation query of the G query heads that read the head
  * over what the cache keeps (rotated by RoPE first when the cache holds pre-RoPE keys); errors and bytes are
@@ -22,7 +25,8 @@ typedef struct Reference {
     double *w;       /* (L, Hq, N, T) exact attention weights, or NULL */
     double *s;       /* (L, Hq, N, T) exact attention scores (q . k / sqrt(D)), or NULL */
     double *wsum;    /* (L, H, T) per KV head: sum of w over its G query heads, then its N queries; or NULL */
-    double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL */
+    double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL
+                        (out, w, s, wsum and Katt are NULL for streamed data) */
     struct SvdCache *svd;   /* the decompositions of d's tensors the experiments share (methods/svdcache.h) */
 } Reference;
 
