@@ -51,7 +51,7 @@ echo "wrote results/pareto.png" >&2
 # A real model in the loop: models/lm (scripts/train_lm.py) over 448 tokens of held-out text, 63 decoded.
 write results/model-lm.txt $KVC run configs/model-lm.json --no-timing
 # A Llama-3-8B-shaped cache (data.shape, 32 layers, 8 KV / 32 query heads, D 128) at 4096 tokens: every family at
-# about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 3.5 minutes and 7.5 GB on 2 cores;
+# about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 4 minutes and 210 MB on 2 cores;
 # KVC_RESULTS_QUICK=1 leaves it out.
 if [ -z "${KVC_RESULTS_QUICK:-}" ]; then
     write results/pareto-llama.csv $KVC run configs/sweep-llama.json --no-timing --format csv -q
