@@ -33,6 +33,7 @@ test_model.c
 test_quant.c
 test_rng.c
 test_store.c
+test_stream.c
 test_tensorio.c
 test_timing.c
 test_units.c
@@ -58,6 +59,7 @@ test_edge.py
 test_expid.py
 test_files.py
 test_stats.py
+test_stream_run.py
 test_generators.py
 test_ggml.py
 test_inputs.py
@@ -76,7 +78,7 @@ test_store.py
 test_tensorio_numpy.py
 '
 EARLY='test_results.sh test_differential_methods.py test_decode.c test_sweep.sh test_bad_input.py test_determinism.py
-test_quant.py test_differential_quant.py test_cli.py test_differential_multi.py test_plot.sh'
+test_quant.py test_differential_quant.py test_cli.py test_differential_multi.py test_plot.sh test_stream_run.py'
 
 PY=${PY:-/usr/bin/python3}
 KVC=${KVC:-./kvc}

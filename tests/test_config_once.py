@@ -42,10 +42,11 @@ TINY = {
     "experiments": [{"method": "quantize", "bits": [4, 8]}, {"method": "window", "budget": 16}],
 }
 
-# 32 layers x 8 KV heads x 4096 tokens x 128 = 2^27 numbers per tensor: 1 GiB of keys, 1 GiB of values
+# 32 layers x 8 KV heads x 65536 tokens x 128 = 2^31 numbers per tensor: 16 GiB of keys; kvc run makes it a layer
+# at a time, and one layer (512 MiB of keys) is still more than the limit
 BIG = {
     "seed": 1,
-    "data": {"tokens": 4096, "head_dim": 128, "layers": 32, "kv_heads": 8, "q_heads": 32,
+    "data": {"tokens": 65536, "head_dim": 128, "layers": 32, "kv_heads": 8, "q_heads": 32,
              "keys": {"generator": "normal"}, "values": {"generator": "normal"},
              "query": {"generator": "look_back", "count": 1}},
     "experiments": [{"method": "quantize", "bits": [2, 4, 8]}, {"method": "window", "budget": 256}],

@@ -161,14 +161,14 @@ static void check_oom(void)
 }
 
 /* The estimate of one config against the formula of memory.h, by hand:
- * L = 2, H = 2, Hq = 4, T = 1000, D = 64, values, N = 3 queries, W = 5 observation queries; n = 256000.
+ * L = 2, H = 2, Hq = 4, T = 1000, D = 64, values, N = 3 queries, W = 5 observation queries; n = 256000, a layer
+ * 128000 (held whole: n is below SYNTH_STREAM_NUMBERS).
  * data = 8 (2n + L Hq (N + W) D) + 8 W = 8 (512000 + 4096) + 40 = 4128808
- * making = 8 L Hq N T (normal keys: no second copy) = 8 x 24 x 1000 = 192000
+ * making = 8 (2 x 128000 (a layer's K and V) + Hq N T) (normal keys: no second copy) = 8 x 268000 = 2144000
  * reference = 8 (L Hq N (D + 2 T) + L H T) = 8 (24 x 2064 + 4000) = 428288
- * experiment: quantize (rewrites): 8 (4 nq + 2 T D + 3 n + 2 H T D) = 8 (96 + 128000 + 768000 + 256000)
- *             = 9216768;
+ * experiment: quantize (rewrites): 8 (4 nq + 2 T D + 2 H T D) = 8 (96 + 128000 + 256000) = 3072768;
  *             lowrank joint (a whole layer): + 8 x 2 H T D for the layer's input, + 8 x 2 H T D for the SVD
- *             = 9216768 + 2 x 2048000 = 13312768 (the largest; experiments.1)
+ *             = 3072768 + 2 x 2048000 = 7168768 (the largest; experiments.1)
  *             h2o (evicts): 8 (4 nq + 2 T D) = 8 (96 + 128000) = 1024768
  * timing = 4 (2n) + 4 L Hq D = 2048000 + 2048 = 2050048
  * rows = 2 x 3 x sizeof(Row)
@@ -191,8 +191,8 @@ static void check_estimate(void)
     MemEstimate e;
     memory_estimate(&e, &cfg, &r);
     uint64_t rows = 2 * 3 * sizeof(Row);
-    uint64_t want = 4128808 + (428288 + 13312768 + 2050048) + rows + MEMORY_OVERHEAD;
-    check(e.data == 4128808 && e.making == 192000 && e.reference == 428288 && e.experiment == 13312768 &&
+    uint64_t want = 4128808 + (428288 + 7168768 + 2050048) + rows + MEMORY_OVERHEAD;
+    check(e.data == 4128808 && e.making == 2144000 && e.reference == 428288 && e.experiment == 7168768 &&
           e.largest == 1 && e.timing == 2050048 && e.rows == rows && e.total == want, "memory-estimate-formula",
           "data %llu making %llu reference %llu experiment %llu (experiments.%zu) timing %llu rows %llu total %llu, "
           "want total %llu", (unsigned long long)e.data, (unsigned long long)e.making,
@@ -201,7 +201,7 @@ static void check_estimate(void)
     unsigned char runs[3] = {0, 0, 1};   /* a shard with h2o alone: its working set, and no timing */
     MemRun r2 = {0, 0, 1, runs};
     memory_estimate(&e, &cfg, &r2);
-    check(e.experiment == 1024768 && e.largest == 2 && e.timing == 0 && e.total == 4128808 + 1024768 + 428288 + rows + MEMORY_OVERHEAD,
+    check(e.experiment == 1024768 && e.largest == 2 && e.timing == 0 && e.total == 4128808 + 2144000 + rows + MEMORY_OVERHEAD,
           "memory-estimate-shard-and-no-timing", "experiment %llu (experiments.%zu), timing %llu, total %llu",
           (unsigned long long)e.experiment, e.largest, (unsigned long long)e.timing, (unsigned long long)e.total);
     config_free(&cfg);

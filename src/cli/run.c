@@ -243,7 +243,7 @@ int cmd_run(int argc, char **argv)
     Data d;
     sweep_phase(sw, "making data");
     xalloc_context("%s: making the data", path);
-    if (data_make(&d, &cfg)) {
+    if (data_make_run(&d, &cfg)) {
         sweep_close(sw, 0);
         config_free(&cfg);
         goto usage;
@@ -284,14 +284,35 @@ int cmd_run(int argc, char **argv)
     size_t per = per_head ? d.L * d.H : 1;   /* rows per experiment */
     Row *rows = xcalloc(cfg.n_exps * per, sizeof *rows);
     rc = EXIT_OK;
+    /* streamed data without timing: every experiment in one pass over the layers (each layer made once) */
+    int batch = !tm && d.stream;
+    size_t batch_failed = SIZE_MAX;
+    char *batch_err = NULL;
+    if (batch) {
+        const Experiment **exs = xcalloc(cfg.n_exps, sizeof *exs);
+        Row **rp = xcalloc(cfg.n_exps, sizeof *rp);
+        size_t *idx = xcalloc(cfg.n_exps, sizeof *idx), n = 0, f;
+        for (size_t i = 0; i < cfg.n_exps; i++)
+            if (sweep_wants(sw, i)) exs[n] = &cfg.exps[i], rp[n] = &rows[i * per], idx[n++] = i;
+        sweep_phase(sw, "experiments, a layer at a time");
+        xalloc_context("%s: the experiments, a layer at a time", path);
+        if (n && eval_experiments(rp, exs, n, per_head, &cfg, &d, &ref, &f)) {
+            batch_failed = idx[f];
+            batch_err = xstrdup(kvc_errmsg());
+        }
+        free(exs);
+        free(rp);
+        free(idx);
+    }
     for (size_t i = 0; i < cfg.n_exps; i++) {
         if (!sweep_wants(sw, i)) continue;
         Row *ri = &rows[i * per];
         char *label = report_label_text(cfg.exps[i].label);   /* messages are one line whatever a label holds */
         xalloc_context("%s: experiments.%zu (%s)", path, cfg.exps[i].src, label);
         sweep_row(sw, i);
-        if (per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
-                     : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref, tm)) {
+        if (batch ? (i == batch_failed ? kvc_fail("%s", batch_err) : 0)
+                  : per_head ? eval_experiment_per_head(ri, &cfg.exps[i], &cfg, &d, &ref)
+                             : eval_experiment(ri, &cfg.exps[i], &cfg, &d, &ref, tm)) {
             sweep_stop(sw);
             fprintf(stderr, "kvc: %s: experiments.%zu (%s): %s\n", path, cfg.exps[i].src, label, kvc_errmsg());
             free(label);
@@ -326,6 +347,7 @@ int cmd_run(int argc, char **argv)
         cJSON_Delete(prov);
         cJSON_Delete(prov_before);
     }
+    free(batch_err);
     free(rows);
     timing_free(tm);
     reference_free(&ref);

@@ -131,12 +131,12 @@ static int parse_keys(const JsonCtx *c, Config *cfg, const cJSON *keys)
     if (cfg->keys_gen == KEYS_LOWRANK) {
         long r;
         if (json_req_int(c, keys, "data.keys", "rank", 1, (long)CONFIG_MAX_HEAD_DIM, &r)) return -1;
-        size_t n, heads = cfg->layers * cfg->kv_heads;
+        size_t n, heads = cfg->kv_heads;   /* per layer, as the keys themselves */
         if (size_mul(cfg->dims.T, (size_t)r, &n) || size_mul(n, heads, &n) || n > CONFIG_MAX_NUMBERS ||
             size_mul((size_t)r, cfg->dims.D, &n) || size_mul(n, heads, &n) || n > CONFIG_MAX_NUMBERS)
             return json_bad(c, "data.keys.rank", json_member(keys, "rank"),
-                       "layers x kv_heads x tokens x rank and layers x kv_heads x rank x head_dim must each be at "
-                       "most %lu numbers", CONFIG_MAX_NUMBERS);
+                       "kv_heads x tokens x rank and kv_heads x rank x head_dim must each be at most %lu numbers "
+                       "(per layer)", CONFIG_MAX_NUMBERS);
         cfg->keys_rank = (size_t)r;
         if (json_opt_num(c, keys, "data.keys", "scale", -HUGE_VAL, HUGE_VAL, 1.0, &cfg->keys_scale)) return -1;
         if (json_opt_num(c, keys, "data.keys", "noise", 0.0, HUGE_VAL, 0.0, &cfg->keys_noise)) return -1;
@@ -148,14 +148,15 @@ static int parse_keys(const JsonCtx *c, Config *cfg, const cJSON *keys)
     return 0;
 }
 
-/* The bound on queries: L x H_q x n x max(T, D) numbers (the queries and their attention weights). */
+/* The bound on queries: H_q x n x max(T, D) numbers per layer (a layer's queries and their attention weights, made
+ * a layer at a time for streamed data), and L x H_q x n x D (the queries, held whole). */
 static int check_query_count(const JsonCtx *c, const Config *cfg, const char *path, const cJSON *node, size_t n)
 {
-    size_t x, m = cfg->dims.T > cfg->dims.D ? cfg->dims.T : cfg->dims.D;
-    if (size_mul(cfg->layers, cfg->q_heads, &x) || size_mul(x, n, &x) || size_mul(x, m, &x) ||
-        x > CONFIG_MAX_NUMBERS)
-        return json_bad(c, path, node, "layers x q_heads x queries x max(tokens, head_dim) must be at most %lu numbers",
-                   CONFIG_MAX_NUMBERS);
+    size_t x, y, m = cfg->dims.T > cfg->dims.D ? cfg->dims.T : cfg->dims.D;
+    if (size_mul(cfg->q_heads, n, &x) || size_mul(x, m, &y) || y > CONFIG_MAX_NUMBERS ||
+        size_mul(x, cfg->layers, &x) || size_mul(x, cfg->dims.D, &x) || x > CONFIG_MAX_NUMBERS)
+        return json_bad(c, path, node, "q_heads x queries x max(tokens, head_dim) per layer and layers x q_heads x "
+                        "queries x head_dim must each be at most %lu numbers", CONFIG_MAX_NUMBERS);
     return 0;
 }
 
@@ -534,13 +535,13 @@ int schema_data(const JsonCtx *c, Config *cfg, const cJSON *data)
     if (Hq % H != 0)
         return json_bad(c, "data.q_heads", json_member(data, "q_heads"),
                         "must be a multiple of kv_heads = %ld (GQA groups)", H);
-    if ((unsigned long)L * (unsigned long)H * (unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
-        return json_bad(c, json_member(data, "layers") ? "data.layers" : ms && !json_member(data, "kv_heads") ?
-                   "data.tokens" : "data.kv_heads",   /* a shape's sizes are fixed: fewer tokens is the way out */
-                   json_member(data, "layers") ? json_member(data, "layers") : ms && !json_member(data, "kv_heads") ?
-                   json_member(data, "tokens") : json_member(data, "kv_heads"),
-                   "layers x kv_heads x tokens x head_dim = %ld x %ld x %ld x %ld exceeds the limit of %lu numbers "
-                   "per tensor", L, H, T, D, CONFIG_MAX_NUMBERS);
+    /* per layer: kvc run makes synthetic data a layer at a time (src/data/synth.h) */
+    if ((unsigned long)H * (unsigned long)T * (unsigned long)D > CONFIG_MAX_NUMBERS)
+        return json_bad(c, ms && !json_member(data, "kv_heads") ? "data.tokens" : "data.kv_heads",
+                   /* a shape's sizes are fixed: fewer tokens is the way out */
+                   ms && !json_member(data, "kv_heads") ? json_member(data, "tokens") : json_member(data, "kv_heads"),
+                   "kv_heads x tokens x head_dim = %ld x %ld x %ld exceeds the limit of %lu numbers per layer of a "
+                   "tensor", H, T, D, CONFIG_MAX_NUMBERS);
     cfg->dims.T = (size_t)T;
     cfg->dims.D = (size_t)D;
     cfg->layers = (size_t)L;

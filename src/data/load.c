@@ -30,10 +30,27 @@ static int read_values(Tensor *t, const Config *cfg, int role)
     return 0;
 }
 
+int data_make_run(Data *d, const Config *cfg)
+{
+    if (synth_stream_wanted(cfg)) return synth_data_stream(d, cfg);
+    return data_make(d, cfg);
+}
+
 int data_make(Data *d, const Config *cfg)
 {
     if (cfg->from_model) return model_source_make(d, cfg);
-    if (!cfg->from_files) return synth_data(d, cfg);
+    if (!cfg->from_files) {
+        /* the config's limit is per layer (kvc run streams a larger data set); held whole, per tensor */
+        size_t n = cfg->layers * cfg->kv_heads * cfg->dims.T * cfg->dims.D;
+        if (n > CONFIG_MAX_NUMBERS) {
+            memset(d, 0, sizeof *d);
+            return kvc_fail("data: layers x kv_heads x tokens x head_dim = %zu x %zu x %zu x %zu exceeds the limit of "
+                            "%lu numbers per tensor for data held whole (kvc synth, kvc stats; kvc run makes such data "
+                            "a layer at a time unless KVC_DATA_STREAM=0) (got %zu)", cfg->layers, cfg->kv_heads,
+                            cfg->dims.T, cfg->dims.D, CONFIG_MAX_NUMBERS, n);
+        }
+        return synth_data(d, cfg);
+    }
     memset(d, 0, sizeof *d);
     d->L = cfg->layers;
     d->H = cfg->kv_heads;

@@ -6,6 +6,12 @@
  * reproducible in numpy, is README.md "Draw order"; tests/oracle.py implements it independently. With none
  * of the multi-head keys it is the v1 order: keys, values, query.
  *
+ * Streamed data (synth_data_stream): K and V are NULL and data_layer makes one layer's keys and values on demand,
+ * bit for bit what synth_data holds for that layer: the generator's state is recorded at the start of each
+ * layer's part of every block of draws in one pass, and a layer is made again from those states. Q, O, obs_pos and
+ * outlier_mask are whole (they are small: (L, Hq, N + W, D)). Memory then holds one layer's tensors at a time
+ * instead of L; each layer is made again each time it is asked for (once per experiment in kvc run).
+ *
  * A Data can also be filled from tensors on disk (the hook for data.source "files"): set the sizes, point K,
  * V, Q (and O with obs_pos) at xmalloc'ed arrays of the shapes below, leave rope zeroed (the keys are then
  * what attention reads) and outlier_mask NULL; data_free releases it.
@@ -27,12 +33,32 @@ typedef struct Data {
     size_t *obs_pos;              /* (W,) position of each observation query: T - W + j */
     Rope rope;                    /* rope.dims > 0: K holds pre-RoPE keys; attention reads rope(K) at 0..T-1 */
     unsigned char *outlier_mask;  /* (L, D): 1 for a declared outlier channel of that layer; NULL if none */
+    struct DataStream *stream;    /* streamed synthetic data: what data_layer needs to make a layer; else NULL */
     struct ModelSource *model;    /* data.source "model": the model and its reference (data/model_source.h);
                                      NULL for other data */
 } Data;
 
-/* Returns 0, or -1 with kvc_fail set (a seed string that is not a decimal integer). */
+/* Returns 0, or -1 with kvc_fail set (a seed string that is not a decimal integer, or data_check's refusal). */
 int synth_data(Data *d, const Config *cfg);
+/* The same data, streamed (above): cfg must outlive d. Every layer is made once here (data_check, Q, O, the
+ * outlier mask), then again by each data_layer. Returns as synth_data. */
+int synth_data_stream(Data *d, const Config *cfg);
+/* 1 when kvc run should stream cfg's data: synthetic, more than one layer, and more than SYNTH_STREAM_NUMBERS
+ * numbers per tensor; the environment variable KVC_DATA_STREAM=1 (always) or 0 (never) overrides the size rule
+ * (the tests compare both). */
+#define SYNTH_STREAM_NUMBERS (1UL << 25)
+int synth_stream_wanted(const Config *cfg);
+
+/* One layer's keys and values, (H, T, D) each (V NULL without values): pointers into d->K / d->V for whole data,
+ * else made now (ownK / ownV, freed by data_layer_free). */
+typedef struct DataLayer {
+    const double *K, *V;
+    double *ownK, *ownV;
+} DataLayer;
+void data_layer(DataLayer *dl, const Data *d, size_t l);
+/* 1 when the data has values (d->V, or values data_layer makes) */
+int data_has_values(const Data *d);
+void data_layer_free(DataLayer *dl);
 void data_free(Data *d);   /* safe on a zeroed Data */
 
 /* The numerical limits of the quality path (README "Numerical edge cases"): every value of K, V, Q and O

@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "methods/svdcache.h"
 #include "data/model_source.h"
+#include "eval/normacc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,30 +30,89 @@ int column_is_integer(Column c)
     return c == COL_BYTES || c == COL_BASELINE_BYTES || c == COL_DECODE_NS || c == COL_DECODE_NS_MAD;
 }
 
+/* The reference of layer l: out (Hq, N, D), w and s (Hq, N, T), wsum (H, T, zeroed), and, when d->K is pre-RoPE,
+ * Katt (H, T, D), the keys attention reads (else NULL: dl->K). */
+static void reference_layer(double *out, double *w, double *s, double *wsum, double *Katt, const Data *d, size_t l,
+                            const DataLayer *dl)
+{
+    size_t H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D;
+    if (Katt) {
+        memcpy(Katt, dl->K, H * m * sizeof *Katt);
+        for (size_t h = 0; h < H; h++) rope_apply(&d->rope, Katt + h * m, NULL, T, 0);
+    }
+    if (!d->Q || N == 0) return;
+    const double *Ka = Katt ? Katt : dl->K;
+    const double *Q = d->Q + l * Hq * N * D;
+    for (size_t i = 0; i < Hq * N; i++) {
+        size_t h = (i / N) / G;
+        attn_forward_scores(out + i * D, w + i * T, s + i * T, Q + i * D, Ka + h * m, dl->V ? dl->V + h * m : NULL,
+                            T, D);
+        double *ws = wsum + h * T;
+        for (size_t t = 0; t < T; t++) ws[t] = ws[t] + w[i * T + t];
+    }
+}
+
 void eval_reference(Reference *ref, const Data *d)
 {
     memset(ref, 0, sizeof *ref);
     ref->svd = svdcache_new();
-    size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D;
-    if (d->rope.dims > 0) {
-        ref->Katt = xmalloc(L * H * m * sizeof *ref->Katt);
-        memcpy(ref->Katt, d->K, L * H * m * sizeof *ref->Katt);
-        for (size_t b = 0; b < L * H; b++) rope_apply(&d->rope, ref->Katt + b * m, NULL, T, 0);
+    size_t L = d->L, H = d->H, Hq = d->Hq, T = d->T, D = d->D, N = d->N, m = T * D;
+    int queries = d->Q && N > 0;
+    if (queries) ref->nq = L * Hq * N;
+    if (d->stream) return;   /* streamed data: each layer's reference is made with the layer (evaluate) */
+    if (d->rope.dims > 0) ref->Katt = xmalloc(L * H * m * sizeof *ref->Katt);
+    if (queries) {
+        ref->out = xmalloc(ref->nq * D * sizeof *ref->out);
+        ref->w = xmalloc(ref->nq * T * sizeof *ref->w);
+        ref->s = xmalloc(ref->nq * T * sizeof *ref->s);
+        ref->wsum = xcalloc(L * H * T, sizeof *ref->wsum);
     }
-    if (!d->Q || N == 0) return;
-    const double *Ka = ref->Katt ? ref->Katt : d->K;
-    ref->nq = L * Hq * N;
-    ref->out = xmalloc(ref->nq * D * sizeof *ref->out);
-    ref->w = xmalloc(ref->nq * T * sizeof *ref->w);
-    ref->s = xmalloc(ref->nq * T * sizeof *ref->s);
-    ref->wsum = xcalloc(L * H * T, sizeof *ref->wsum);
-    for (size_t i = 0; i < ref->nq; i++) {
-        size_t b = (i / N / Hq) * H + (i / N % Hq) / G;
-        attn_forward_scores(ref->out + i * D, ref->w + i * T, ref->s + i * T, d->Q + i * D, Ka + b * m, d->V + b * m,
-                            T, D);
-        double *ws = ref->wsum + b * T;
-        for (size_t t = 0; t < T; t++) ws[t] = ws[t] + ref->w[i * T + t];
+    for (size_t l = 0; l < L; l++) {
+        DataLayer dl;
+        data_layer(&dl, d, l);
+        size_t q0 = l * Hq * N;
+        reference_layer(queries ? ref->out + q0 * D : NULL, queries ? ref->w + q0 * T : NULL,
+                        queries ? ref->s + q0 * T : NULL, queries ? ref->wsum + l * H * T : NULL,
+                        ref->Katt ? ref->Katt + l * H * m : NULL, d, l, &dl);
+        data_layer_free(&dl);
     }
+}
+
+/* One layer's view of the reference: pointers into ref, or (streamed data) made now and owned. */
+typedef struct RefLayer {
+    const double *out, *w, *s, *wsum, *Katt;   /* (Hq, N, D), (Hq, N, T) x 2, (H, T), (H, T, D) or NULL */
+    double *own[5];
+} RefLayer;
+
+static void ref_layer(RefLayer *rl, const Reference *ref, const Data *d, size_t l, const DataLayer *dl)
+{
+    memset(rl, 0, sizeof *rl);
+    size_t H = d->H, Hq = d->Hq, T = d->T, D = d->D, N = d->N, m = T * D, q0 = l * Hq * N;
+    if (!d->stream) {
+        if (ref->nq) {
+            rl->out = ref->out + q0 * D;
+            rl->w = ref->w + q0 * T;
+            rl->s = ref->s + q0 * T;
+            rl->wsum = ref->wsum + l * H * T;
+        }
+        rl->Katt = ref->Katt ? ref->Katt + l * H * m : NULL;
+        return;
+    }
+    size_t nq = ref->nq ? Hq * N : 0;
+    if (nq) {
+        rl->out = rl->own[0] = xmalloc(nq * D * sizeof *rl->own[0]);
+        rl->w = rl->own[1] = xmalloc(nq * T * sizeof *rl->own[1]);
+        rl->s = rl->own[2] = xmalloc(nq * T * sizeof *rl->own[2]);
+        rl->wsum = rl->own[3] = xcalloc(H * T, sizeof *rl->own[3]);
+    }
+    if (d->rope.dims > 0) rl->Katt = rl->own[4] = xmalloc(H * m * sizeof *rl->own[4]);
+    reference_layer(rl->own[0], rl->own[1], rl->own[2], rl->own[3], rl->own[4], d, l, dl);
+}
+
+static void ref_layer_free(RefLayer *rl)
+{
+    for (int k = 0; k < 5; k++) free(rl->own[k]);
+    memset(rl, 0, sizeof *rl);
 }
 
 void reference_free(Reference *ref)
@@ -145,24 +205,31 @@ static double mean(const double *x, size_t n) { return la_sum(x, n) / (double)n;
 
 /* ---- one experiment ---- */
 
+/* The norms of the errors over some heads: K' - K and K (k_error), V' - V and V (v_error), and over the channels
+ * that are not outliers (k_error_ordinary; zeros counts K' == 0 there, nord the numbers). */
+typedef struct Norms {
+    double kd, kr, vd, vr, od, orr;
+    size_t zeros, nord;
+} Norms;
+
 typedef struct Eval {
     const Data *d;
     const Reference *ref;
     size_t m;                      /* T * D */
-    double *dK, *dV;               /* (L, H, T, D) K' - K and V' - V, or NULL when no head rewrote it */
-    double *Kc_ord;                /* (L, H, T, D) K' where a head rewrote K (for k_zeroed_ordinary), or NULL
-                                      without outlier channels */
     unsigned char *hasK, *hasV, *evicts;   /* per head */
     uint64_t *bytes;               /* per head */
+    Norms *hn;                     /* per head (--per-head rows), or NULL */
+    NormAcc kd, kr, vd, vr, od, orr;   /* the aggregate row's norms, fed head by head in order */
+    size_t zeros, nord;
     double *err, *kl, *ret, *rec;  /* per evaluation query */
 } Eval;
 
-/* Attention of the evaluation queries of KV head b over what compressed cache c keeps. */
-static void head_attention(Eval *e, size_t b, const Compressed *c, const double *Kc, const double *Vc, size_t k_recall)
+/* Attention of the evaluation queries of KV head h of layer l over what compressed cache c keeps. */
+static void head_attention(Eval *e, const RefLayer *rl, size_t l, size_t h, const Compressed *c, const double *Kc,
+                           const double *Vc, size_t k_recall)
 {
     const Data *d = e->d;
-    const Reference *ref = e->ref;
-    size_t Hq = d->Hq, H = d->H, G = Hq / H, T = d->T, D = d->D, N = d->N, l = b / H, h = b % H;
+    size_t Hq = d->Hq, H = d->H, G = Hq / H, T = d->T, D = d->D, N = d->N;
     size_t nk = c->kept ? c->n_kept : T;
     double *Kg = NULL, *Vg = NULL;
     const double *Ks = Kc, *Vs = Vc;
@@ -187,10 +254,11 @@ static void head_attention(Eval *e, size_t b, const Compressed *c, const double 
         for (size_t j = 0; j < nk; j++) kept[c->kept[j]] = 1;
         rk = xmalloc(T * sizeof *rk);
     }
+    size_t q0 = l * Hq * N;   /* the layer's first query */
     for (size_t i = (l * Hq + h * G) * N; i < (l * Hq + (h + 1) * G) * N; i++) {
         attn_forward_scores(out, wc, terms, d->Q + i * D, Ks, Vs, nk, D);
-        e->err[i] = rel_error(out, ref->out + i * D, D);
-        const double *p = ref->w + i * T, *s = ref->s + i * T;
+        e->err[i] = rel_error(out, rl->out + (i - q0) * D, D);
+        const double *p = rl->w + (i - q0) * T, *s = rl->s + (i - q0) * T;
         /* KL over the kept tokens from log-softmaxes of the scores: finite even where a weight underflows */
         attn_log_softmax(lq, terms, ph, nk);
         if (c->kept) {
@@ -215,11 +283,68 @@ static void head_attention(Eval *e, size_t b, const Compressed *c, const double 
     free(out); free(wc); free(ph); free(terms); free(lp); free(lq); free(kept); free(rk); free(Kg); free(Vg);
 }
 
-/* Fills row from heads [b0, b0 + nb) and their evaluation queries [q0, q0 + nq). */
-static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, size_t nq)
+/* The error norms of head b: K, V its data, Kc, Vc what the method made (NULL: left exact). Kc and Vc become
+ * Kc - K and Vc - V. Feeds the aggregate (agg) and fills e->hn[b] (when per-head rows are wanted). */
+static void head_norms(Eval *e, size_t b, int agg, const double *K, const double *V, double *Kc, double *Vc)
 {
     const Data *d = e->d;
-    size_t m = e->m, D = d->D, T = d->T;
+    size_t m = e->m, T = d->T, D = d->D;
+    Norms *hn = e->hn ? &e->hn[b] : NULL;
+    if (d->outlier_mask) {   /* k_error_ordinary: the channels that are not outliers, before Kc becomes Kc - K */
+        const unsigned char *mask = d->outlier_mask + (b / d->H) * D;
+        double *a = xmalloc(m * sizeof *a), *r = xmalloc(m * sizeof *r);
+        size_t k = 0, zeros = 0;
+        for (size_t t = 0; t < T; t++)
+            for (size_t j = 0; j < D; j++) {
+                if (mask[j]) continue;
+                size_t x = t * D + j;
+                a[k] = Kc ? Kc[x] - K[x] : 0.0;
+                r[k] = K[x];
+                zeros += (Kc ? Kc[x] : K[x]) == 0.0;
+                k++;
+            }
+        if (agg) {
+            normacc_add(&e->od, a, k);
+            normacc_add(&e->orr, r, k);
+            e->zeros += zeros;
+            e->nord += k;
+        }
+        if (hn) {
+            hn->od = la_norm(a, k);
+            hn->orr = la_norm(r, k);
+            hn->zeros = zeros;
+            hn->nord = k;
+        }
+        free(a);
+        free(r);
+    }
+    if (Kc)
+        for (size_t i = 0; i < m; i++) Kc[i] = Kc[i] - K[i];
+    if (Vc)
+        for (size_t i = 0; i < m; i++) Vc[i] = Vc[i] - V[i];
+    if (agg) {
+        if (Kc) normacc_add(&e->kd, Kc, m);
+        else normacc_zeros(&e->kd, m);
+        normacc_add(&e->kr, K, m);
+        if (V) {
+            if (Vc) normacc_add(&e->vd, Vc, m);
+            else normacc_zeros(&e->vd, m);
+            normacc_add(&e->vr, V, m);
+        }
+    }
+    if (hn) {
+        hn->kd = Kc ? la_norm(Kc, m) : 0.0;
+        hn->kr = la_norm(K, m);
+        hn->vd = Vc ? la_norm(Vc, m) : 0.0;
+        hn->vr = V ? la_norm(V, m) : 0.0;
+    }
+}
+
+/* Fills row from heads [b0, b0 + nb), their evaluation queries [q0, q0 + nq) and their norms nm. */
+static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, size_t nq, const Norms *nm)
+{
+    const Data *d = e->d;
+    size_t m = e->m;
     int anyK = 0, anyV = 0, anyEvict = 0;
     uint64_t bytes = 0;
     for (size_t b = b0; b < b0 + nb; b++) {
@@ -246,32 +371,14 @@ static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, s
             for (int c = COL_ATTN_ERROR_P50; c <= COL_TOPK_RECALL; c++) row->hide[c] = 1;
     }
     if (anyK) {
-        set(row, COL_K_ERROR, ratio_of_norms(la_norm(e->dK + b0 * m, nb * m), la_norm(d->K + b0 * m, nb * m)));
-        if (d->outlier_mask) {
-            size_t cap = nb * m, k = 0, zeros = 0;
-            double *a = xmalloc(cap * sizeof *a), *r = xmalloc(cap * sizeof *r);
-            for (size_t b = b0; b < b0 + nb; b++) {
-                const unsigned char *mask = d->outlier_mask + (b / d->H) * D;
-                for (size_t t = 0; t < T; t++)
-                    for (size_t j = 0; j < D; j++) {
-                        if (mask[j]) continue;
-                        size_t x = b * m + t * D + j;
-                        a[k] = e->dK[x];
-                        r[k] = d->K[x];
-                        zeros += e->Kc_ord[x] == 0.0;
-                        k++;
-                    }
-            }
-            if (k > 0) {
-                set(row, COL_K_ERROR_ORDINARY, ratio_of_norms(la_norm(a, k), la_norm(r, k)));
-                set(row, COL_K_ZEROED_ORDINARY, (double)zeros / (double)k);
-            }
-            free(a);
-            free(r);
+        set(row, COL_K_ERROR, ratio_of_norms(nm->kd, nm->kr));
+        if (d->outlier_mask && nm->nord > 0) {
+            set(row, COL_K_ERROR_ORDINARY, ratio_of_norms(nm->od, nm->orr));
+            set(row, COL_K_ZEROED_ORDINARY, (double)nm->zeros / (double)nm->nord);
         }
     }
-    if (anyV) set(row, COL_V_ERROR, ratio_of_norms(la_norm(e->dV + b0 * m, nb * m), la_norm(d->V + b0 * m, nb * m)));
-    uint64_t baseline = 2 * (uint64_t)m * (d->V ? 2 : 1) * nb;
+    if (anyV) set(row, COL_V_ERROR, ratio_of_norms(nm->vd, nm->vr));
+    uint64_t baseline = 2 * (uint64_t)m * (data_has_values(d) ? 2 : 1) * nb;
     set(row, COL_BYTES, (double)bytes);
     set(row, COL_BASELINE_BYTES, (double)baseline);
     set(row, COL_RATIO, (double)baseline / (double)bytes);
@@ -279,113 +386,120 @@ static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, s
 
 static void eval_free(Eval *e)
 {
-    free(e->dK); free(e->dV); free(e->Kc_ord);
-    free(e->hasK); free(e->hasV); free(e->evicts); free(e->bytes);
+    free(e->hasK); free(e->hasV); free(e->evicts); free(e->bytes); free(e->hn);
     free(e->err); free(e->kl); free(e->ret); free(e->rec);
 }
 
-/* *x' = *x' - x (m numbers) in place, then stored as head b of the (nh, m) difference *dst: with nh == 1 the
- * buffer itself becomes *dst (and *x' is NULL), else it is copied into *dst (zeros where no head rewrote it). */
-static void take_difference(double **dst, double **xc, const double *x, size_t b, size_t nh, size_t m)
+/* One experiment being evaluated: its rows, what it has measured so far, its stored forms (timing) and its model
+ * rows. */
+typedef struct Job {
+    const Experiment *ex;
+    Row *agg, *heads;
+    Eval e;
+    int timed;               /* the heads' stored forms are gathered into one cache and timed at the end */
+    TimedCache stored;
+    LlamaRows *lm_rows;      /* the model's compressed cache, or NULL */
+} Job;
+
+static void job_init(Job *j, Row *agg, Row *heads, const Experiment *ex, const Data *d, const Reference *ref,
+                     const Timing *tm)
 {
-    double *y = *xc;
-    for (size_t i = 0; i < m; i++) y[i] = y[i] - x[i];
-    if (nh == 1) {
-        *dst = y;
-        *xc = NULL;
-        return;
+    size_t nh = d->L * d->H;
+    memset(j, 0, sizeof *j);
+    j->ex = ex;
+    j->agg = agg;
+    j->heads = heads;
+    Eval *e = &j->e;
+    e->d = d;
+    e->ref = ref;
+    e->m = d->T * d->D;
+    e->hasK = xcalloc(nh, 1);
+    e->hasV = xcalloc(nh, 1);
+    e->evicts = xcalloc(nh, 1);
+    e->bytes = xcalloc(nh, sizeof *e->bytes);
+    if (heads) e->hn = xcalloc(nh, sizeof *e->hn);
+    normacc_init(&e->kd);
+    normacc_init(&e->kr);
+    normacc_init(&e->vd);
+    normacc_init(&e->vr);
+    normacc_init(&e->od);
+    normacc_init(&e->orr);
+    if (ref->nq) {
+        e->err = xmalloc(ref->nq * sizeof *e->err);
+        e->kl = xmalloc(ref->nq * sizeof *e->kl);
+        e->ret = xmalloc(ref->nq * sizeof *e->ret);
+        e->rec = xmalloc(ref->nq * sizeof *e->rec);
     }
-    if (!*dst) *dst = xcalloc(nh * m, sizeof **dst);
-    memcpy(*dst + b * m, y, m * sizeof *y);
+    j->timed = tm && agg;
+    timing_cache_init(&j->stored, d->L, d->H);
+    j->lm_rows = d->model && agg ? xcalloc(nh, sizeof *j->lm_rows) : NULL;
 }
 
-/* Runs the method on every head; fills the aggregate row and/or the per-head rows. */
-static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
-                    Timing *tm)
+static void job_free(Job *j)
 {
-    size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D, nh = L * H;
-    Eval e = {d, ref, m, NULL, NULL, NULL, xcalloc(nh, 1), xcalloc(nh, 1), xcalloc(nh, 1),
-              xcalloc(nh, sizeof(uint64_t)), NULL, NULL, NULL, NULL};
-    if (ref->nq) {
-        e.err = xmalloc(ref->nq * sizeof *e.err);
-        e.kl = xmalloc(ref->nq * sizeof *e.kl);
-        e.ret = xmalloc(ref->nq * sizeof *e.ret);
-        e.rec = xmalloc(ref->nq * sizeof *e.rec);
-    }
-    size_t k_recall = cfg->recall_k < T ? cfg->recall_k : T;
-    if (k_recall == 0) k_recall = T < 32 ? T : 32;
-    MethodInput *ins = xcalloc(H, sizeof *ins);
-    Compressed *cs = xcalloc(H, sizeof *cs);
-    int timed = tm && agg;   /* the heads' stored forms are gathered into one cache and timed at the end */
-    TimedCache stored;
-    timing_cache_init(&stored, L, H);
-    LlamaRows *lm_rows = d->model && agg ? xcalloc(nh, sizeof *lm_rows) : NULL;   /* the model's compressed cache */
-    for (size_t b = 0; b < nh; b++) {
-        const double *K = d->K + b * m, *V = d->V ? d->V + b * m : NULL;
-        if (b % H == 0) {   /* run the method on the layer's heads: per head, or once for the layer */
-            int rc = 0;
-            for (size_t h = 0; h < H; h++) {
-                size_t bb = b + h;
-                MethodInput *in = &ins[h];
-                *in = (MethodInput){.T = T, .D = D, .K = d->K + bb * m, .V = d->V ? d->V + bb * m : NULL,
-                                    .w_ref = ref->wsum ? ref->wsum + bb * T : NULL,
-                                    .K_att = ref->Katt ? ref->Katt + bb * m : NULL, .layer = bb / H, .head = h,
-                                    .seed = cfg->seed, .svd = ref->svd};
-                if (d->O) {
-                    in->Q_obs = d->O + (bb / H * Hq + h * G) * d->W * D;
-                    in->obs_pos = d->obs_pos;
-                    in->n_obs_heads = G;
-                    in->n_obs = d->W;
-                }
-            }
-            rc = method_run(cs, ex, ins, H, timed);
-            for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, b / H, h);
-            if (rc) {
-                for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
-                free(ins);
-                free(cs);
-                timing_cache_free(&stored);
-                eval_free(&e);
-                model_rows_free(lm_rows, nh);
-                free(lm_rows);
-                return -1;
-            }
-        }
-        Compressed c = cs[b % H];
-        memset(&cs[b % H], 0, sizeof c);
-        if (c.K) {
-            if (d->outlier_mask) {   /* read only for k_zeroed_ordinary */
-                if (!e.Kc_ord) {
-                    e.Kc_ord = xmalloc(nh * m * sizeof *e.Kc_ord);
-                    memcpy(e.Kc_ord, d->K, nh * m * sizeof *e.Kc_ord);
-                }
-                memcpy(e.Kc_ord + b * m, c.K, m * sizeof *c.K);
-            }
-            e.hasK[b] = 1;
-        }
-        e.hasV[b] = c.V != NULL;
-        e.evicts[b] = c.kept != NULL;
-        e.bytes[b] = c.bytes;
-        if (timed) timing_cache_add(&stored, &c.stored);
-        if (ref->nq) head_attention(&e, b, &c, c.K ? c.K : K, c.V ? c.V : V, k_recall);
-        if (lm_rows) model_rows_set(&lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
-        /* K' - K and V' - V, computed in place in K' and V' once the attention has read them; with one head the
-         * buffer itself is kept (no copy) */
-        if (c.K) take_difference(&e.dK, &c.K, K, b, nh, m);
-        if (c.V) take_difference(&e.dV, &c.V, V, b, nh, m);
+    timing_cache_free(&j->stored);
+    eval_free(&j->e);
+    if (j->lm_rows) model_rows_free(j->lm_rows, j->e.d ? j->e.d->L * j->e.d->H : 0);
+    free(j->lm_rows);
+    memset(j, 0, sizeof *j);
+}
+
+/* The layer in flight: its data, reference and the inputs of its heads. */
+typedef struct Layer {
+    size_t l;
+    DataLayer dl;
+    RefLayer rl;
+    MethodInput *ins;    /* (H,) */
+    Compressed *cs;      /* (H,) */
+    size_t k_recall;
+} Layer;
+
+/* Runs job j's method on layer y and measures its heads. 0, or -1 with kvc_fail set. */
+static int job_layer(Job *j, const Layer *y, const Data *d)
+{
+    size_t H = d->H, T = d->T, D = d->D, m = T * D, l = y->l;
+    Compressed *cs = y->cs;
+    Eval *e = &j->e;
+    int rc = method_run(cs, j->ex, y->ins, H, j->timed);
+    for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, l, h);
+    for (size_t h = 0; rc == 0 && h < H; h++) {
+        size_t b = l * H + h;
+        const double *K = y->dl.K + h * m, *V = y->dl.V ? y->dl.V + h * m : NULL;
+        Compressed c = cs[h];
+        memset(&cs[h], 0, sizeof c);
+        e->hasK[b] = c.K != NULL;
+        e->hasV[b] = c.V != NULL;
+        e->evicts[b] = c.kept != NULL;
+        e->bytes[b] = c.bytes;
+        if (j->timed) timing_cache_add(&j->stored, &c.stored);
+        if (e->ref->nq) head_attention(e, &y->rl, l, h, &c, c.K ? c.K : K, c.V ? c.V : V, y->k_recall);
+        if (j->lm_rows) model_rows_set(&j->lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
+        /* K' - K and V' - V, computed in place in K' and V' once the attention has read them */
+        head_norms(e, b, j->agg != NULL, K, V, c.K, c.V);
         compressed_free(&c);
     }
-    free(ins);
-    free(cs);
+    for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
+    return rc;
+}
+
+/* Fills job j's rows once every layer has run. 0, or -1 with kvc_fail set (the model's scoring failed). */
+static int job_finish(Job *j, const Data *d, Timing *tm)
+{
+    Eval *e = &j->e;
+    const Reference *ref = e->ref;
+    size_t H = d->H, Hq = d->Hq, G = Hq / H, nh = d->L * H;
+    Row *agg = j->agg;
     if (agg) {
         memset(agg, 0, sizeof *agg);
-        agg->ex = ex;
-        fill_row(agg, &e, 0, nh, 0, ref->nq);
-        if (timed && stored.none) {
-            agg->no_timing = stored.none;
-        } else if (timed) {
+        agg->ex = j->ex;
+        Norms nm = {normacc_norm(&e->kd), normacc_norm(&e->kr), normacc_norm(&e->vd), normacc_norm(&e->vr),
+                    normacc_norm(&e->od), normacc_norm(&e->orr), e->zeros, e->nord};
+        fill_row(agg, e, 0, nh, 0, ref->nq, &nm);
+        if (j->timed && j->stored.none) {
+            agg->no_timing = j->stored.none;
+        } else if (j->timed) {
             double ns, sp;
-            if (timing_measure(tm, &stored, &ns, &sp)) {   /* the quality numbers stand; the note says why */
+            if (timing_measure(tm, &j->stored, &ns, &sp)) {   /* the quality numbers stand; the note says why */
                 snprintf(agg->no_timing_buf, sizeof agg->no_timing_buf, "%s", kvc_errmsg());
                 agg->no_timing = agg->no_timing_buf;
             } else {
@@ -394,42 +508,108 @@ static int evaluate(Row *agg, Row *heads, const Experiment *ex, const Config *cf
                 set(agg, COL_DECODE_NS_MAD, timing_last_mad(tm));
             }
         }
-        timing_cache_free(&stored);
-        if (lm_rows) {
+        timing_cache_free(&j->stored);
+        if (j->lm_rows) {
             double lm[5];
-            int rc = model_source_score(lm, d->model, lm_rows);
-            model_rows_free(lm_rows, nh);
-            free(lm_rows);
-            if (rc) {
-                eval_free(&e);
-                return -1;
-            }
+            int rc = model_source_score(lm, d->model, j->lm_rows);
+            model_rows_free(j->lm_rows, nh);
+            free(j->lm_rows);
+            j->lm_rows = NULL;
+            if (rc) return -1;
             for (int k = 0; k < 4; k++) set(agg, (Column)(COL_LM_KL + k), lm[k]);
             if (d->model->n_answers) set(agg, COL_RECALL_ACC, lm[4]);
         }
     }
-    for (size_t b = 0; heads && b < nh; b++) {
-        Row *row = &heads[b];
+    for (size_t b = 0; j->heads && b < nh; b++) {
+        Row *row = &j->heads[b];
         memset(row, 0, sizeof *row);
-        row->ex = ex;
+        row->ex = j->ex;
         row->per_head = 1;
         row->layer = b / H;
         row->head = b % H;
         size_t gq = G * d->N;
-        fill_row(row, &e, b, 1, ref->nq ? (b / H * Hq + b % H * G) * d->N : 0, ref->nq ? gq : 0);
+        fill_row(row, e, b, 1, ref->nq ? (b / H * Hq + b % H * G) * d->N : 0, ref->nq ? gq : 0, &e->hn[b]);
     }
-    eval_free(&e);
     return 0;
+}
+
+/* Runs experiments exs[0..n) layer by layer: each layer (made now when the data is streamed) and its reference
+ * serve every experiment before the next layer; fills their aggregate rows aggs[k] and/or per-head rows heads[k]
+ * (either array may be NULL). When experiment k fails, the experiments after it are dropped, those before it
+ * finish: returns -1 with kvc_fail set and *failed = k; else 0. */
+static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const *exs, size_t n, const Config *cfg,
+                    const Data *d, const Reference *ref, Timing *tm, size_t *failed)
+{
+    size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D;
+    Job *jobs = xcalloc(n, sizeof *jobs);
+    for (size_t k = 0; k < n; k++) job_init(&jobs[k], aggs ? aggs[k] : NULL, heads ? heads[k] : NULL, exs[k], d, ref, tm);
+    Layer y = {.ins = xcalloc(H, sizeof *y.ins), .cs = xcalloc(H, sizeof *y.cs)};
+    y.k_recall = cfg->recall_k < T ? cfg->recall_k : T;
+    if (y.k_recall == 0) y.k_recall = T < 32 ? T : 32;
+    size_t live = n;   /* jobs [0, live) still run */
+    int rc = 0;
+    char msg[1024] = "";
+    for (size_t l = 0; l < L && live > 0; l++) {
+        y.l = l;
+        data_layer(&y.dl, d, l);
+        ref_layer(&y.rl, ref, d, l, &y.dl);
+        /* streamed data is made again at new addresses: its decompositions are the layer's */
+        SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
+        for (size_t h = 0; h < H; h++) {
+            MethodInput *in = &y.ins[h];
+            *in = (MethodInput){.T = T, .D = D, .K = y.dl.K + h * m, .V = y.dl.V ? y.dl.V + h * m : NULL,
+                                .w_ref = y.rl.wsum ? y.rl.wsum + h * T : NULL,
+                                .K_att = y.rl.Katt ? y.rl.Katt + h * m : NULL, .layer = l, .head = h,
+                                .seed = cfg->seed, .svd = svd};
+            if (d->O) {
+                in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
+                in->obs_pos = d->obs_pos;
+                in->n_obs_heads = G;
+                in->n_obs = d->W;
+            }
+        }
+        for (size_t k = 0; k < live; k++)
+            if (job_layer(&jobs[k], &y, d)) {   /* the experiments after k would not have run */
+                snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+                for (size_t x = k; x < live; x++) job_free(&jobs[x]);
+                *failed = k;
+                rc = -1;
+                live = k;
+            }
+        if (d->stream) svdcache_free(svd);
+        ref_layer_free(&y.rl);
+        data_layer_free(&y.dl);
+    }
+    free(y.ins);
+    free(y.cs);
+    for (size_t k = 0; k < live; k++)
+        if (job_finish(&jobs[k], d, tm) && rc == 0) {   /* only the model's scoring fails here */
+            snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+            *failed = k;
+            rc = -1;
+        }
+    for (size_t k = 0; k < n; k++) job_free(&jobs[k]);
+    free(jobs);
+    if (rc) kvc_fail("%s", msg);
+    return rc;
 }
 
 int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,
                     Timing *tm)
 {
-    return evaluate(row, NULL, ex, cfg, d, ref, tm);
+    size_t failed;
+    return evaluate(&row, NULL, &ex, 1, cfg, d, ref, tm, &failed);
 }
 
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref)
 {
-    return evaluate(NULL, rows, ex, cfg, d, ref, NULL);
+    size_t failed;
+    return evaluate(NULL, &rows, &ex, 1, cfg, d, ref, NULL, &failed);
+}
+
+int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, int per_head, const Config *cfg,
+                     const Data *d, const Reference *ref, size_t *failed)
+{
+    return evaluate(per_head ? NULL : rows, per_head ? rows : NULL, exs, n, cfg, d, ref, NULL, failed);
 }

@@ -2,7 +2,10 @@
  *
  * L layers, H KV heads, Hq query heads, G = Hq / H, T tokens, D head dim, N evaluation queries per
  * (layer, query head). The reference (exact attention of every evaluation query) is computed once per config
- * (eval_reference) and shared. For each experiment the method runs once per (layer, KV head) on that head's
+ * (eval_reference) and shared; for streamed data (data/synth.h) each layer's is computed with the layer, and the
+ * Reference holds only nq and the SVD cache. The evaluation runs layer by layer: a layer's data (data_layer) and
+ * its reference serve the method of every experiment evaluated at once; aggregate norms are fed head by head
+ * (eval/normacc.h), so no tensor over every head is held beside the data. For each experiment the method runs once per (layer, KV head) on that head's
  * (T, D) cache (or, with MethodDesc.apply_layer, once per layer on all of its KV heads: share_heads, lowrank joint,
  * pipeline); the shared attention kernel runs every evaluation query of the G query heads that read the head
  * over what the cache keeps (rotated by RoPE first when the cache holds pre-RoPE keys); errors and bytes are
@@ -22,7 +25,8 @@ typedef struct Reference {
     double *w;       /* (L, Hq, N, T) exact attention weights, or NULL */
     double *s;       /* (L, Hq, N, T) exact attention scores (q . k / sqrt(D)), or NULL */
     double *wsum;    /* (L, H, T) per KV head: sum of w over its G query heads, then its N queries; or NULL */
-    double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL */
+    double *Katt;    /* (L, H, T, D) the keys attention reads when d->K is pre-RoPE, else NULL
+                        (out, w, s, wsum and Katt are NULL for streamed data) */
     struct SvdCache *svd;   /* the decompositions of d's tensors the experiments share (methods/svdcache.h) */
 } Reference;
 
@@ -40,6 +44,16 @@ int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Dat
 /* --per-head: d->L * d->H rows, (layer, KV head) in order; each aggregates the G query heads of its head. */
 int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg, const Data *d,
                              const Reference *ref);
+
+/* Experiments exs[0..n) at once, without decode timing, layer by layer: each layer of the data (made once for all
+ * of them when the data is streamed, data/synth.h) and its reference serve every experiment before the next, so
+ * streamed data is made once instead of once per experiment. rows[k] gets experiment k's aggregate row, or with
+ * per_head its d->L * d->H per-head rows; the same rows as eval_experiment / eval_experiment_per_head one at a
+ * time. When experiment k fails, the ones after it are not run and the ones before it finish: -1 with kvc_fail
+ * set (experiment k's error) and *failed = k; else 0. Memory: one experiment's working set at a time, plus what
+ * each keeps until the end (its per-query errors and per-head numbers). */
+int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, int per_head, const Config *cfg,
+                     const Data *d, const Reference *ref, size_t *failed);
 
 /* numpy's np.percentile(x, p) with the default linear method; sorts x[0..n) in place; n >= 1. */
 double eval_percentile(double *x, size_t n, double p);

@@ -2,6 +2,7 @@
 #include "eval/memory.h"
 #include "base/memlimit.h"
 #include "base/util.h"
+#include "data/synth.h"
 #include "eval/evaluate.h"
 
 #include <stdio.h>
@@ -19,10 +20,10 @@ static uint64_t add(uint64_t a, uint64_t b)
 }
 
 /* The working set of experiment (or pipeline step) ex beyond the data and the reference, in doubles. */
-static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq)
+static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq, int stream)
 {
     uint64_t T = cfg->dims.T, D = cfg->dims.D, H = cfg->kv_heads, v = cfg->dims.has_values != 0;
-    uint64_t n = mul(mul(cfg->layers, H), mul(T, D)), head = mul(T, D), layer = mul(H, head);
+    uint64_t head = mul(T, D), layer = mul(H, head);
     int rewrites = 0, lowrank = 0, joint = 0, per_layer = ex->method->apply_layer != NULL;
     size_t steps = ex->n_steps ? ex->n_steps : 1;
     for (size_t s = 0; s < steps; s++) {
@@ -36,12 +37,17 @@ static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq
     }
     uint64_t w = add(mul(4, nq), mul(2, head));               /* per-query errors; one head's scratch */
     if (rewrites) {
-        uint64_t whole = mul(2 + v, n);                       /* dK, K reconstructed, dV over every head */
-        w = add(w, add(whole, mul(per_layer ? 2 : 1, mul(1 + v, layer))));   /* K', V' of a layer (and its input) */
+        w = add(w, mul(per_layer ? 2 : 1, mul(1 + v, layer)));   /* K', V' of a layer (and its input) */
         int outliers = cfg->oc_count > 0 || cfg->n_outliers > 0 || cfg->file_outliers;
-        if (outliers) w = add(w, mul(2, n));                  /* k_error_ordinary's copies of the other channels */
+        if (outliers) w = add(w, mul(2, head));               /* k_error_ordinary's copies of one head */
     }
     if (lowrank) w = add(w, mul(2, joint ? layer : head));    /* the SVD's copies */
+    if (stream) {   /* the layer made for the experiment, while it is made, and its reference */
+        uint64_t Hq = cfg->q_heads, N = cfg->dims.has_query ? cfg->query.n : 0;
+        int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0;
+        w = add(w, add(mul(1 + v, layer), add(copies ? layer : 0, mul(mul(Hq, N), T))));
+        w = add(w, add(add(mul(mul(Hq, N), add(D, mul(2, T))), mul(H, T)), cfg->rope_cache_pre ? layer : 0));
+    }
     return w;
 }
 
@@ -50,21 +56,30 @@ void memory_estimate(MemEstimate *e, const Config *cfg, const MemRun *r)
     memset(e, 0, sizeof *e);
     uint64_t L = cfg->layers, H = cfg->kv_heads, Hq = cfg->q_heads, T = cfg->dims.T, D = cfg->dims.D;
     uint64_t v = cfg->dims.has_values != 0, N = cfg->dims.has_query ? cfg->query.n : 0, W = cfg->observe.n;
-    uint64_t n = mul(mul(L, H), mul(T, D)), nq = mul(mul(L, Hq), N);
-    e->data = mul(8, add(add(mul(1 + v, n), mul(mul(mul(L, Hq), add(N, W)), D)), W));
-    /* while the data is made: a second copy of a tensor (lowrank keys and their noise, RoPE'd keys, head
-     * correlation, outlier channels, a file's values) and the draws of the queries (one per token) */
+    uint64_t n = mul(mul(L, H), mul(T, D)), layer = mul(H, mul(T, D)), nq = mul(mul(L, Hq), N);
+    int stream = synth_stream_wanted(cfg);
+    e->data = mul(8, add(add(stream ? 0 : mul(1 + v, n), mul(mul(mul(L, Hq), add(N, W)), D)), W));
+    /* while the data is made, a layer at a time: the layer's K and V (unless the data is that one layer), a
+     * second copy of a layer's tensor (lowrank keys and their noise, RoPE'd keys, head correlation, outlier
+     * channels, a file's values) and the draws of the layer's queries (one per token) */
     int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0 ||
                  cfg->from_files;
-    e->making = mul(8, add(copies ? n : 0, mul(nq, T)));
-    e->reference = mul(8, add(add(mul(nq, add(D, mul(2, T))), mul(mul(L, H), T)), cfg->rope_cache_pre ? n : 0));
+    e->making = mul(8, add(add(L > 1 || stream ? mul(1 + v, layer) : 0, copies ? layer : 0), mul(mul(Hq, N), T)));
+    if (!stream)   /* streamed data: each layer's reference is made in the experiment */
+        e->reference = mul(8, add(add(mul(nq, add(D, mul(2, T))), mul(mul(L, H), T)), cfg->rope_cache_pre ? n : 0));
     for (size_t i = 0; i < cfg->n_exps; i++) {
         if (r->runs && !r->runs[i]) continue;
-        uint64_t w = mul(8, working_set(&cfg->exps[i], cfg, nq));
+        uint64_t w = mul(8, working_set(&cfg->exps[i], cfg, nq, stream));
         if (w > e->experiment) {
             e->experiment = w;
             e->largest = i;
         }
+    }
+    if (stream && !r->timing) {   /* the experiments run together a layer at a time: each keeps its numbers */
+        uint64_t runs = 0;
+        for (size_t i = 0; i < cfg->n_exps; i++) runs += !r->runs || r->runs[i];
+        uint64_t keep = add(mul(4, nq), mul(mul(L, H), 8));   /* per-query errors, per-head numbers */
+        e->experiment = add(e->experiment, mul(8, mul(runs ? runs - 1 : 0, keep)));
     }
     if (r->timing) e->timing = add(mul(4, mul(1 + v, n)), mul(4, mul(mul(L, Hq), D)));
     e->rows = mul(mul(2 * cfg->n_exps, r->per_head ? mul(L, H) : 1), sizeof(Row));   /* run's, a table's */

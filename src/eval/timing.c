@@ -133,12 +133,17 @@ static void build_base(TimedCache *tc, const Data *d)
 {
     size_t m = d->T * d->D;
     timing_cache_init(tc, d->L, d->H);
-    for (size_t i = 0; i < d->L * d->H; i++) {
-        MethodStored s;
-        memset(&s, 0, sizeof s);
-        method_store_f16(&s.K, d->K + i * m, NULL, d->T, d->D);
-        if (d->V) method_store_f16(&s.V, d->V + i * m, NULL, d->T, d->D);
-        timing_cache_add(tc, &s);
+    for (size_t l = 0; l < d->L; l++) {
+        DataLayer dl;
+        data_layer(&dl, d, l);   /* streamed data: made a layer at a time */
+        for (size_t h = 0; h < d->H; h++) {
+            MethodStored s;
+            memset(&s, 0, sizeof s);
+            method_store_f16(&s.K, dl.K + h * m, NULL, d->T, d->D);
+            if (dl.V) method_store_f16(&s.V, dl.V + h * m, NULL, d->T, d->D);
+            timing_cache_add(tc, &s);
+        }
+        data_layer_free(&dl);
     }
 }
 
@@ -150,11 +155,16 @@ Timing *timing_create(const Data *d, int threads, int repeat)
     tm->repeat = repeat;
     size_t L = d->L, Hq = d->Hq, G = Hq / d->H, D = d->D, T = d->T, N = d->N;
     tm->q = xmalloc(L * Hq * D * sizeof *tm->q);
+    DataLayer dl = {0};
     for (size_t i = 0; i < L * Hq; i++) {
-        const double *x = d->Q && N ? d->Q + i * N * D
-                                    : d->K + (((i / Hq) * d->H + (i % Hq) / G) * T + (T - 1)) * D;
+        if (!(d->Q && N) && i % Hq == 0) {   /* no queries: the last key of each head (streamed: its layer made) */
+            data_layer_free(&dl);
+            data_layer(&dl, d, i / Hq);
+        }
+        const double *x = d->Q && N ? d->Q + i * N * D : dl.K + (((i % Hq) / G) * T + (T - 1)) * D;
         for (size_t j = 0; j < D; j++) tm->q[i * D + j] = (float)x[j];
     }
+    data_layer_free(&dl);
     return tm;
 }
 
@@ -194,7 +204,7 @@ static int time_steps(const Timing *tm, const DecodeCache *c, double *ns, double
                       double *seconds, unsigned *tiled)
 {
     const Data *d = tm->d;
-    DecodeMode mode = d->V ? DECODE_FULL : DECODE_KEYS;
+    DecodeMode mode = data_has_values(d) ? DECODE_FULL : DECODE_KEYS;
     Decoder *dec = decoder_create(c, d->Hq, tm->threads, DECODE_FUSED);
     if (!dec) return -1;
     *tiled = decoder_tiled(dec);
@@ -268,9 +278,9 @@ int timing_measure(Timing *tm, TimedCache *tc, double *ns, double *speedup)
     if (tc->none || tc->added != d->L * d->H || tc->L != d->L || tc->H != d->H)
         return kvc_fail("decode timing: the stored cache is not complete (got %zu of %zu heads%s%s)", tc->added,
                         d->L * d->H, tc->none ? ": " : "", tc->none ? tc->none : "");
-    if (tc->form.values != (d->V != NULL))
+    if (tc->form.values != data_has_values(d))
         return kvc_fail("decode timing: the stored cache %s values and the data %s (got %d)",
-                        tc->form.values ? "holds" : "has no", d->V ? "has" : "has none", tc->form.values);
+                        tc->form.values ? "holds" : "has no", data_has_values(d) ? "has" : "has none", tc->form.values);
     for (size_t i = 0; i < tm->n_done; i++)
         if (same_form(&tm->done[i].f, &tc->form)) {   /* the same formats and sizes: the same step */
             *ns = tm->done[i].ns;
