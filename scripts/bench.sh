@@ -61,7 +61,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
 {
     echo
     echo "# grouped-query decode (issue 14): 8 KV heads x 8, 32, 64 query heads (G = 1, 4, 8); same shape otherwise"
-    grep -v '^#' results/bench-gqa.txt.tmp
+    grep -e '^# bandwidth' -e '^[^#]' results/bench-gqa.txt.tmp
     awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     {
@@ -92,7 +92,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
                     show(f[i] " G=" g " time(1 thread) / time(2 threads)", ms[f[i] "|" g "|1"] / ms[f[i] "|" g "|2"], 1.7, ">=")
     }' results/bench-gqa.csv.tmp
 } >> results/bench.txt.tmp
-rm -f results/bench-gqa.txt.tmp
+rm -f results/bench-gqa.txt.tmp results/bench.csv.tmp.meta.json results/bench-gqa.csv.tmp.meta.json  # named after .tmp
 mv results/bench-gqa.csv.tmp results/bench-gqa.csv
 mv results/bench.csv.tmp results/bench.csv
 mv results/bench.txt.tmp results/bench.txt
