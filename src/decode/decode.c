@@ -107,8 +107,10 @@ static const KernelSet *fused_kernels(void)
     unsigned f = cpu_features(), need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C;
     unsigned need512 = need | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW | DECODE_CPU_AVX512VL;
     int scalar = env && strcmp(env, "scalar") == 0, avx2 = env && strcmp(env, "avx2") == 0;
-    if (!scalar && decode_kernels_avx2() && (f & need) == need) k = decode_kernels_avx2();
-    if (!scalar && !avx2 && decode_kernels_avx512() && (f & need512) == need512) k = decode_kernels_avx512();
+    /* the CPU test first: decode_kernels_avx512() itself is compiled for AVX-512 (its table copy may use zmm
+     * moves), so calling it on a CPU without AVX-512 would be an illegal instruction */
+    if (!scalar && (f & need) == need && decode_kernels_avx2()) k = decode_kernels_avx2();
+    if (!scalar && !avx2 && (f & need512) == need512 && decode_kernels_avx512()) k = decode_kernels_avx512();
     best = k;
     return k;
 }

@@ -28,6 +28,7 @@
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
  * summation order depends only on W, n and G (and KIVI's group), never on the thread count.
  */
+#include "decode/decode.h"
 #include "decode/kernels.h"
 #include "decode/kernels_kivi.h"
 
@@ -611,9 +612,14 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
 
 static KernelSet kernels_avx512;
 
-const KernelSet *decode_kernels_avx512(void)
+/* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
+ * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
+__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(void)
 {
     static int ready;
+    unsigned need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW |
+                    DECODE_CPU_AVX512VL;
+    if ((decode_cpu_features() & need) != need) return NULL;
     if (!ready) {
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
