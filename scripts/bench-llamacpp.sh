@@ -16,7 +16,8 @@
 # Environment: KVC_LLAMACPP_DIR (work dir, default ${TMPDIR:-/tmp}/kvc-llamacpp; kept between runs, the
 # fetch and the build are skipped when already there), REPEAT (timed steps per measurement, default 10),
 # ROUNDS (default 3), OUT (default results/bench-llamacpp.txt), JOBS (build jobs, default 2), SHAPE (the
-# fa_bench/kvc bench shape options; default the issue's).
+# fa_bench/kvc bench shape options; default the issue's; with --q-heads 32, G = 4), EXTRA (llama.cpp's other KV
+# types, one run each; empty: none).
 set -eu
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${KVC_LLAMACPP_DIR:-${TMPDIR:-/tmp}/kvc-llamacpp}
@@ -27,7 +28,8 @@ OUT=${OUT:-$REPO/results/bench-llamacpp.txt}
 JOBS=${JOBS:-2}
 SHAPE=${SHAPE:-"--tokens 65536 --kv-heads 8 --q-heads 8 --head-dim 128"}
 FORMATS=f16,q8_0,q4_0
-EXTRA=q4_1,q5_0,q5_1,iq4_nl,bf16
+EXTRA=${EXTRA-q4_1,q5_0,q5_1,iq4_nl,bf16}
+QH=$(echo "$SHAPE" | sed -n 's/.*--q-heads \([0-9][0-9]*\).*/\1/p'); QH=${QH:-8}   # kvc bench's rows name it
 mkdir -p "$WORK"
 
 # 1. source
@@ -75,16 +77,21 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 echo "extra: llama.cpp's other KV types; the token-major cache in transparent huge pages" >&2
 # shellcheck disable=SC2086
-"$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" > "$RAW/extra.cache"
-# shellcheck disable=SC2086
-"$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" --layout heads --no-check > "$RAW/extra.heads"
+if [ -n "$EXTRA" ]; then   # EXTRA= (empty) leaves them out
+    # shellcheck disable=SC2086
+    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" > "$RAW/extra.cache"
+    # shellcheck disable=SC2086
+    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" --layout heads --no-check > "$RAW/extra.heads"
+else
+    : > "$RAW/extra.cache"; : > "$RAW/extra.heads"
+fi
 # shellcheck disable=SC2086
 "$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --thp --no-check > "$RAW/thp"
 
 # 5. report
 med() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 # ms column of rows (format $1, threads $2) in files $3... (fa_bench: type thr MB ms; kvc: format qh thr MB ms)
-col() { f=$1; t=$2; shift 2; for x in "$@"; do awk -v f="$f" -v t="$t" '$1 == f && (($2 == t && $3 ~ /\./) ? 1 : ($2 == 8 && $3 == t)) { print ($3 ~ /\./) ? $4 : $5 }' "$x"; done; }
+col() { f=$1; t=$2; shift 2; for x in "$@"; do awk -v f="$f" -v t="$t" -v qh="$QH" '$1 == f && (($2 == t && $3 ~ /\./) ? 1 : ($2 == qh && $3 == t)) { print ($3 ~ /\./) ? $4 : $5 }' "$x"; done; }
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 ISA=$(grep -m1 -o -w -E 'avx2|fma|f16c|avx512f|avx512bw|avx512_bf16|avxvnni' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')
 CCLINE=$( (cd "$WORK/build" && ninja -t commands ggml-cpu 2>/dev/null | grep -m1 'ops.cpp') | tr ' ' '\n' | grep -E '^-(O|m|f)' | sort -u | tr '\n' ' ')
