@@ -43,26 +43,8 @@ USAGE = ("usage: scripts/plot-attn-kl.sh RESULTS.csv|RESULTS.jsonl OUT.png [--x 
 args = sys.argv[1:]
 opts = {"x": "attn_error", "y": "lm_kl", "size": "1200x800", "title": None, "labels": True,
         "dump-script": None, "stats": None}
-pos = []
-i = 0
-while i < len(args):
-    a = args[i]
-    if a in ("--x", "--y", "--size", "--title", "--dump-script", "--stats"):
-        if i + 1 >= len(args):
-            die("missing value after " + a)
-        opts[a[2:]] = args[i + 1]
-        i += 2
-        continue
-    if a == "--no-labels":
-        opts["labels"] = False
-    elif a in ("-h", "--help"):
-        sys.stderr.write(USAGE)
-        sys.exit(2)
-    elif a.startswith("-"):
-        die("unknown option " + a)
-    else:
-        pos.append(a)
-    i += 1
+pos = plotlib.parse_args(args, opts, ("--x", "--y", "--size", "--title", "--dump-script", "--stats"),
+                         {"--no-labels": ("labels", False)}, USAGE, die)
 if len(pos) != 2:
     die("need RESULTS.csv (or .jsonl) and OUT.png; see --help")
 src, out = pos

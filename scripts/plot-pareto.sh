@@ -44,26 +44,7 @@ opts = {"x": "bytes", "y": "attn_error", "size": "1200x800", "title": None, "log
         "oracle": True, "guides": True, "dump-script": None}
 flags = {"--logx": ("logx", True), "--no-labels": ("labels", False), "--no-oracle": ("oracle", False),
          "--no-guides": ("guides", False)}
-pos = []
-i = 0
-while i < len(args):
-    a = args[i]
-    if a in ("--x", "--y", "--size", "--title", "--dump-script"):
-        if i + 1 >= len(args):
-            die("missing value after " + a)
-        opts[a[2:]] = args[i + 1]
-        i += 2
-        continue
-    if a in flags:
-        opts[flags[a][0]] = flags[a][1]
-    elif a in ("-h", "--help"):
-        sys.stderr.write(USAGE)
-        sys.exit(2)
-    elif a.startswith("-"):
-        die("unknown option " + a)
-    else:
-        pos.append(a)
-    i += 1
+pos = plotlib.parse_args(args, opts, ("--x", "--y", "--size", "--title", "--dump-script"), flags, USAGE, die)
 if len(pos) != 2:
     die("need RESULTS.csv (or .jsonl) and OUT.png; see --help")
 src, out = pos

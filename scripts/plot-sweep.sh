@@ -34,28 +34,8 @@ USAGE = ("usage: scripts/plot-sweep.sh RESULTS.jsonl OUT.png PARAM [--y COLUMN] 
          "[--title TEXT] [--no-oracle] [--dump-script FILE]\n")
 args = sys.argv[1:]
 opts = {"y": "attn_error", "size": "1200x800", "title": None, "logx": False, "oracle": True, "dump-script": None}
-pos = []
-i = 0
-while i < len(args):
-    a = args[i]
-    if a in ("--y", "--size", "--title", "--dump-script"):
-        if i + 1 >= len(args):
-            die("missing value after " + a)
-        opts[a[2:]] = args[i + 1]
-        i += 2
-        continue
-    if a == "--logx":
-        opts["logx"] = True
-    elif a == "--no-oracle":
-        opts["oracle"] = False
-    elif a in ("-h", "--help"):
-        sys.stderr.write(USAGE)
-        sys.exit(2)
-    elif a.startswith("-"):
-        die("unknown option " + a)
-    else:
-        pos.append(a)
-    i += 1
+pos = plotlib.parse_args(args, opts, ("--y", "--size", "--title", "--dump-script"),
+                         {"--logx": ("logx", True), "--no-oracle": ("oracle", False)}, USAGE, die)
 if len(pos) != 3:
     die("need RESULTS.jsonl, OUT.png and PARAM (e.g. bits); see --help")
 src, out, param = pos

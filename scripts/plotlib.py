@@ -378,6 +378,34 @@ def baseline_of(rows, die_quiet):
 # ---------------------------------------------------------------------------------------------------------
 # gnuplot
 
+def parse_args(args, opts, valued, flags, usage, die):
+    """The command line of a plot script: each option in `valued` (e.g. "--size") sets opts[name without the
+    dashes] from the next argument; each flag in `flags` ({"--logx": ("logx", True)}) sets its opts entry;
+    -h/--help prints `usage` and exits 2; another "-..." is an unknown option (die). Returns the positional
+    arguments, in order."""
+    pos = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in valued:
+            if i + 1 >= len(args):
+                die("missing value after " + a)
+            opts[a[2:]] = args[i + 1]
+            i += 2
+            continue
+        if a in flags:
+            opts[flags[a][0]] = flags[a][1]
+        elif a in ("-h", "--help"):
+            sys.stderr.write(usage)
+            sys.exit(2)
+        elif a.startswith("-"):
+            die("unknown option " + a)
+        else:
+            pos.append(a)
+        i += 1
+    return pos
+
+
 def parse_size(text, die):
     """--size WxH -> (w, h), each 100..10000 pixels; die(message) otherwise."""
     try:
