@@ -95,6 +95,7 @@ def read_shape(path):
         die("%s: not a readable .npy header (%s)" % (path, e))
     return shape if len(shape) == 2 else (1,) + tuple(shape)
 
+Cmax = max(contexts)   # labels, ratio, attention error and lm_kl are taken at the longest context
 oracles = [k for k, e in enumerate(cfg.get("experiments", [])) if e.get("method") == "topk_attention"]
 rows_all, labels = [], []   # labels[k]: (label, method) of grid position k at the longest context
 for C in contexts:
@@ -123,7 +124,7 @@ for C in contexts:
             rows_all.append(row)
             if k == len(labels):
                 labels.append(None)
-            labels[k] = (row["label"], row["method"]) if C == max(contexts) or labels[k] is None else labels[k]
+            labels[k] = (row["label"], row["method"]) if C == Cmax or labels[k] is None else labels[k]
         if sys.stderr.isatty():
             sys.stderr.write("\rmodel-recall: context %d, sequence %d/%d " % (C, s + 1, n))
 if sys.stderr.isatty():
@@ -141,7 +142,6 @@ def mean(k, C, col):
     v = [float(r[col]) for r in rows_all if r["position"] == k and r["context"] == C and r[col] != ""]
     return sum(v) / len(v) if v else float("nan")
 
-Cmax = max(contexts)
 counts = {C: len({r["sequence"] for r in rows_all if r["context"] == C}) for C in contexts}
 print("# %s: retrieval accuracy (recall_acc) per method against context length, mean over the evaluation sequences"
       % shown)
