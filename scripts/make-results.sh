@@ -64,7 +64,7 @@ if [ -z "${KVC_RESULTS_QUICK:-}" ]; then
         --title "Llama-3-8B shape (32 layers, 8 KV / 32 query heads, D 128), T 4096: attention error vs bytes"
     echo "wrote results/pareto-llama.png" >&2
     # The retrieval model models/recall (scripts/train_recall.py): recall_acc per method at contexts 512, 1024 and
-    # 2048, 16 sequences each (48 runs of configs/model-recall.json, about a minute).
+    # 2048, 16 sequences each (48 runs of configs/model-recall.json, about 1.5 minutes here).
     write results/model-recall.txt scripts/model-recall.sh configs/model-recall.json
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
