@@ -66,6 +66,30 @@ static void test_normacc(void)
             free(x);
         }
     check(bad == 0, "normacc_equals_la_norm", "%d of %d vectors differ", bad, trials);
+    /* regimes: tiny, then ordinary (the sequential sum is dropped: bit for bit); ordinary, then one above 2^480
+     * after the sum was dropped (restarted from the kernel's sum: within a few ulp, flagged); ordinary only (the
+     * sequential sum is never kept) */
+    {
+        enum { NX = 4000 };
+        double *x = xmalloc(NX * sizeof *x);
+        for (int c = 0; c < 3; c++) {
+            for (size_t i = 0; i < NX; i++) x[i] = (urand() - 0.5) * (c == 0 && i < NX / 2 ? 1e-160 : 1.0);
+            if (c == 1) x[NX - 7] = 3e200;
+            NormAcc b;
+            normacc_init(&b);
+            for (size_t i = 0; i < NX; i += 500) normacc_add(&b, x + i, 500);
+            double want = la_norm(x, NX), got = normacc_norm(&b);
+            double rel = fabs(got - want) / want;
+            if (c == 1)
+                check(b.approx && rel < 1e-14, "normacc_restarted_sum", "approx %d rel %.3g (la_norm %.17g, normacc %.17g)",
+                      b.approx, rel, want, got);
+            else
+                check(!b.approx && !b.fb_live && dbits(want) == dbits(got), c ? "normacc_ordinary_drops_fallback" :
+                      "normacc_tiny_then_ordinary", "approx %d live %d: la_norm %.17g normacc %.17g", b.approx, b.fb_live,
+                      want, got);
+        }
+        free(x);
+    }
     NormAcc a;
     normacc_init(&a);
     check(normacc_norm(&a) == 0.0, "normacc_empty", "got %g", normacc_norm(&a));

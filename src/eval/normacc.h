@@ -8,7 +8,13 @@
  * pending partial group between pieces, so the pieces' boundaries do not matter. la_norm's fallback for sums of
  * squares outside [2^-900, DBL_MAX] (a sequential sum of squares scaled by the power of two of the largest
  * magnitude) is kept too, with a running scale: rescaling by a power of two is exact, so it gives la_norm's value
- * except where the scaled squares reach the subnormal range, below any digit of the result.
+ * except where the scaled squares reach the subnormal range, below any digit of the result. That sequential sum costs
+ * a dependent add per element, so it is kept only while it may be needed: while every magnitude so far is below
+ * 2^-449 (the sum of squares may end below 2^-900) or some is above 2^480 (it may overflow); in between the
+ * kernel's sum is in range whatever comes later, short of a magnitude above 2^480. When one arrives after the
+ * sequential sum was dropped, the sum restarts from the kernel's sum of the earlier elements, scaled: within a
+ * few ulp of la_norm instead of bit for bit (approx is set). The 16 accumulators run on AVX2 + FMA when the CPU
+ * has them (fma rounds once either way: the same bits).
  * On a CPU whose OpenBLAS picks another dot kernel (AVX-512 ones, without the numeric-env pin), normacc still
  * gives the Haswell kernel's sum: the last bits may differ from a whole-vector la_norm there.
  */
@@ -26,6 +32,9 @@ typedef struct NormAcc {
     double amax;         /* fallback: the largest magnitude so far */
     double s;            /* fallback: sum of (x / 2^e)^2 in order, at the running e */
     double scale;        /* 2^-e */
+    double top;          /* the largest magnitude fed so far */
+    int fb_live;         /* 1: the fallback's sum covers everything fed; 0: dropped (not needed so far) */
+    int approx;          /* the fallback's sum was restarted from the kernel's sum (see above) */
 } NormAcc;
 
 void normacc_init(NormAcc *a);
