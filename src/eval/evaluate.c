@@ -141,18 +141,12 @@ static double rel_error(const double *a, const double *b, size_t n)
 }
 
 /* A reconstruction that is not finite (a stored format, e.g. FP16 scales, overflowing for data this large) is
- * an error, never NaN in a row (README "Numerical edge cases"). */
-static int check_finite(const Compressed *c, size_t T, size_t D, size_t layer, size_t head)
+ * an error, never NaN in a row (README "Numerical edge cases"). head_norms finds it (x[i], tensor K or V). */
+static int not_finite(size_t layer, size_t head, int isv, const double *x, size_t i, size_t D)
 {
-    for (int v = 0; v < 2; v++) {
-        const double *x = v ? c->V : c->K;
-        for (size_t i = 0; x && i < T * D; i++)
-            if (!isfinite(x[i]))
-                return kvc_fail("layer %zu, KV head %zu: the stored format cannot hold data this large and "
-                                "reconstructs a value that is not finite; lower data.keys.scale or the outlier "
-                                "scales (got %g at %s[%zu, %zu])", layer, head, x[i], v ? "V" : "K", i / D, i % D);
-    }
-    return 0;
+    return kvc_fail("layer %zu, KV head %zu: the stored format cannot hold data this large and reconstructs a value "
+                    "that is not finite; lower data.keys.scale or the outlier scales (got %g at %s[%zu, %zu])", layer,
+                    head, x[i], isv ? "V" : "K", i / D, i % D);
 }
 
 /* num / den for norms, with rel_error's conventions. */
@@ -219,7 +213,9 @@ typedef struct Eval {
     unsigned char *hasK, *hasV, *evicts;   /* per head */
     uint64_t *bytes;               /* per head */
     Norms *hn;                     /* per head (--per-head rows), or NULL */
-    NormAcc kd, kr, vd, vr, od, orr;   /* the aggregate row's norms, fed head by head in order */
+    NormAcc kd, vd, od, orr;       /* the aggregate row's norms, fed head by head in order */
+    const NormAcc *kr, *vr;        /* ||K|| and ||V|| over every head: the same for every experiment (evaluate's) */
+    const double *hkr, *hvr;       /* per head, when per-head rows are wanted (evaluate's) */
     size_t zeros, nord;
     double *err, *kl, *ret, *rec;  /* per evaluation query */
 } Eval;
@@ -283,9 +279,10 @@ static void head_attention(Eval *e, const RefLayer *rl, size_t l, size_t h, cons
     free(out); free(wc); free(ph); free(terms); free(lp); free(lq); free(kept); free(rk); free(Kg); free(Vg);
 }
 
-/* The error norms of head b: K, V its data, Kc, Vc what the method made (NULL: left exact). Kc and Vc become
- * Kc - K and Vc - V. Feeds the aggregate (agg) and fills e->hn[b] (when per-head rows are wanted). */
-static void head_norms(Eval *e, size_t b, int agg, const double *K, const double *V, double *Kc, double *Vc)
+/* The error norms of head b: K, V its data, Kc, Vc what the method made (NULL: left exact). With per-head rows
+ * Kc and Vc become Kc - K and Vc - V. Feeds the aggregate (agg) and fills e->hn[b] (when per-head rows are
+ * wanted). Returns 0, or -1 with kvc_fail set when Kc or Vc holds a value that is not finite. */
+static int head_norms(Eval *e, size_t b, int agg, const double *K, const double *V, double *Kc, double *Vc)
 {
     const Data *d = e->d;
     size_t m = e->m, T = d->T, D = d->D;
@@ -318,29 +315,34 @@ static void head_norms(Eval *e, size_t b, int agg, const double *K, const double
         free(a);
         free(r);
     }
-    if (Kc)
-        for (size_t i = 0; i < m; i++) Kc[i] = Kc[i] - K[i];
-    if (Vc)
-        for (size_t i = 0; i < m; i++) Vc[i] = Vc[i] - V[i];
-    if (agg) {
-        if (Kc) normacc_add(&e->kd, Kc, m);
-        else normacc_zeros(&e->kd, m);
-        normacc_add(&e->kr, K, m);
-        if (V) {
-            if (Vc) normacc_add(&e->vd, Vc, m);
-            else normacc_zeros(&e->vd, m);
-            normacc_add(&e->vr, V, m);
+    /* one pass per tensor: check K', make K' - K (kept in place for the per-head norm) and feed the aggregate */
+    for (int isv = 0; isv < 2; isv++) {
+        double *c = isv ? Vc : Kc;
+        const double *x = isv ? V : K;
+        NormAcc *acc = isv ? &e->vd : &e->kd;
+        if (!c) {
+            if (agg && x) normacc_zeros(acc, m);
+            continue;
         }
+        size_t bad = m;
+        if (agg) {
+            bad = normacc_add_diff(acc, c, x, m, hn != NULL);
+        } else {
+            for (size_t i = 0; i < m && bad == m; i++)
+                if (!isfinite(c[i])) bad = i;
+            for (size_t i = 0; bad == m && i < m; i++) c[i] = c[i] - x[i];
+        }
+        if (bad < m) return not_finite(b / d->H, b % d->H, isv, c, bad, D);
     }
     if (hn) {
         hn->kd = Kc ? la_norm(Kc, m) : 0.0;
-        hn->kr = la_norm(K, m);
+        hn->kr = e->hkr[b];
         hn->vd = Vc ? la_norm(Vc, m) : 0.0;
-        hn->vr = V ? la_norm(V, m) : 0.0;
+        hn->vr = V ? e->hvr[b] : 0.0;
     }
+    return 0;
 }
 
-/* Fills row from heads [b0, b0 + nb), their evaluation queries [q0, q0 + nq) and their norms nm. */
 static void fill_row(Row *row, const Eval *e, size_t b0, size_t nb, size_t q0, size_t nq, const Norms *nm)
 {
     const Data *d = e->d;
@@ -419,9 +421,7 @@ static void job_init(Job *j, Row *agg, Row *heads, const Experiment *ex, const D
     e->bytes = xcalloc(nh, sizeof *e->bytes);
     if (heads) e->hn = xcalloc(nh, sizeof *e->hn);
     normacc_init(&e->kd);
-    normacc_init(&e->kr);
     normacc_init(&e->vd);
-    normacc_init(&e->vr);
     normacc_init(&e->od);
     normacc_init(&e->orr);
     if (ref->nq) {
@@ -461,7 +461,6 @@ static int job_layer(Job *j, const Layer *y, const Data *d)
     Compressed *cs = y->cs;
     Eval *e = &j->e;
     int rc = method_run(cs, j->ex, y->ins, H, j->timed);
-    for (size_t h = 0; rc == 0 && h < H; h++) rc = check_finite(&cs[h], T, D, l, h);
     for (size_t h = 0; rc == 0 && h < H; h++) {
         size_t b = l * H + h;
         const double *K = y->dl.K + h * m, *V = y->dl.V ? y->dl.V + h * m : NULL;
@@ -475,7 +474,7 @@ static int job_layer(Job *j, const Layer *y, const Data *d)
         if (e->ref->nq) head_attention(e, &y->rl, l, h, &c, c.K ? c.K : K, c.V ? c.V : V, y->k_recall);
         if (j->lm_rows) model_rows_set(&j->lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
         /* K' - K and V' - V, computed in place in K' and V' once the attention has read them */
-        head_norms(e, b, j->agg != NULL, K, V, c.K, c.V);
+        rc = head_norms(e, b, j->agg != NULL, K, V, c.K, c.V);
         compressed_free(&c);
     }
     for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
@@ -492,7 +491,7 @@ static int job_finish(Job *j, const Data *d, Timing *tm)
     if (agg) {
         memset(agg, 0, sizeof *agg);
         agg->ex = j->ex;
-        Norms nm = {normacc_norm(&e->kd), normacc_norm(&e->kr), normacc_norm(&e->vd), normacc_norm(&e->vr),
+        Norms nm = {normacc_norm(&e->kd), normacc_norm(e->kr), normacc_norm(&e->vd), normacc_norm(e->vr),
                     normacc_norm(&e->od), normacc_norm(&e->orr), e->zeros, e->nord};
         fill_row(agg, e, 0, nh, 0, ref->nq, &nm);
         if (j->timed && j->stored.none) {
@@ -542,7 +541,18 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
 {
     size_t L = d->L, H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, m = T * D;
     Job *jobs = xcalloc(n, sizeof *jobs);
-    for (size_t k = 0; k < n; k++) job_init(&jobs[k], aggs ? aggs[k] : NULL, heads ? heads[k] : NULL, exs[k], d, ref, tm);
+    /* the norms of the data, which every experiment's errors divide by: fed once here */
+    NormAcc kr, vr;
+    normacc_init(&kr);
+    normacc_init(&vr);
+    double *hkr = heads ? xcalloc(L * H, sizeof *hkr) : NULL, *hvr = heads ? xcalloc(L * H, sizeof *hvr) : NULL;
+    for (size_t k = 0; k < n; k++) {
+        job_init(&jobs[k], aggs ? aggs[k] : NULL, heads ? heads[k] : NULL, exs[k], d, ref, tm);
+        jobs[k].e.kr = &kr;
+        jobs[k].e.vr = &vr;
+        jobs[k].e.hkr = hkr;
+        jobs[k].e.hvr = hvr;
+    }
     Layer y = {.ins = xcalloc(H, sizeof *y.ins), .cs = xcalloc(H, sizeof *y.cs)};
     y.k_recall = cfg->recall_k < T ? cfg->recall_k : T;
     if (y.k_recall == 0) y.k_recall = T < 32 ? T : 32;
@@ -556,6 +566,15 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
         /* streamed data is made again at new addresses: its decompositions are the layer's */
         SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
         for (size_t h = 0; h < H; h++) {
+            const double *K = y.dl.K + h * m, *V = y.dl.V ? y.dl.V + h * m : NULL;
+            if (aggs) {
+                normacc_add(&kr, K, m);
+                if (V) normacc_add(&vr, V, m);
+            }
+            if (heads) {
+                hkr[l * H + h] = la_norm(K, m);
+                hvr[l * H + h] = V ? la_norm(V, m) : 0.0;
+            }
             MethodInput *in = &y.ins[h];
             *in = (MethodInput){.T = T, .D = D, .K = y.dl.K + h * m, .V = y.dl.V ? y.dl.V + h * m : NULL,
                                 .w_ref = y.rl.wsum ? y.rl.wsum + h * T : NULL,
@@ -590,6 +609,8 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
         }
     for (size_t k = 0; k < n; k++) job_free(&jobs[k]);
     free(jobs);
+    free(hkr);
+    free(hvr);
     if (rc) kvc_fail("%s", msg);
     return rc;
 }

@@ -50,16 +50,21 @@ static void fallback_add(NormAcc *a, const double *x, size_t n)
     }
 }
 
-/* ng groups of 16 from x into the 16 accumulators (accumulator k: the elements i = k mod 16); returns the largest
- * magnitude read (a NaN may be skipped: the sum is NaN then, and the fallback is never asked). */
-static double groups_ref(double *acc, const double *x, size_t ng)
+/* ng groups of 16 of the values v[i] = c[i] - x[i] (x NULL: c[i]) into the 16 accumulators (accumulator k: the
+ * elements i = k mod 16); dst (may be NULL, may be c) gets the values. Returns the largest magnitude read (a NaN
+ * may be skipped: the sum is NaN then, and the fallback is never asked); *bad becomes 1 when some c[i] is not
+ * finite. */
+static double groups_ref(double *acc, const double *c, const double *x, double *dst, size_t ng, int *bad)
 {
     double m = 0.0;
-    for (size_t g = 0; g < ng; g++, x += 16)
+    for (size_t g = 0; g < 16 * ng; g += 16)
         for (int k = 0; k < 16; k++) {
-            acc[k] = fma(x[k], x[k], acc[k]);
-            double v = fabs(x[k]);
-            m = v > m ? v : m;
+            double v = x ? c[g + k] - x[g + k] : c[g + k];
+            *bad |= !isfinite(c[g + k]);
+            if (dst) dst[g + k] = v;
+            acc[k] = fma(v, v, acc[k]);
+            double a = fabs(v);
+            m = a > m ? a : m;
         }
     return m;
 }
@@ -67,35 +72,33 @@ static double groups_ref(double *acc, const double *x, size_t ng)
 #ifdef NORMACC_X86
 /* The same with AVX2 + FMA: register j holds accumulators 4j..4j+3, as OpenBLAS's kernel does. fma rounds once
  * either way, so both give the same bits. */
-__attribute__((target("avx2,fma"))) static double groups_avx2(double *acc, const double *x, size_t ng)
+__attribute__((target("avx2,fma"))) static double groups_avx2(double *acc, const double *c, const double *x,
+                                                             double *dst, size_t ng, int *bad)
 {
-    __m256d a0 = _mm256_loadu_pd(acc), a1 = _mm256_loadu_pd(acc + 4), a2 = _mm256_loadu_pd(acc + 8),
-            a3 = _mm256_loadu_pd(acc + 12);
+    __m256d a[4], mx = _mm256_setzero_pd(), nf = _mm256_setzero_pd();
     const __m256d sign = _mm256_set1_pd(-0.0);
-    __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
-    for (size_t g = 0; g < ng; g++, x += 16) {
-        __m256d x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4), x2 = _mm256_loadu_pd(x + 8),
-                x3 = _mm256_loadu_pd(x + 12);
-        a0 = _mm256_fmadd_pd(x0, x0, a0);
-        a1 = _mm256_fmadd_pd(x1, x1, a1);
-        a2 = _mm256_fmadd_pd(x2, x2, a2);
-        a3 = _mm256_fmadd_pd(x3, x3, a3);
-        m0 = _mm256_max_pd(m0, _mm256_max_pd(_mm256_andnot_pd(sign, x0), _mm256_andnot_pd(sign, x1)));
-        m1 = _mm256_max_pd(m1, _mm256_max_pd(_mm256_andnot_pd(sign, x2), _mm256_andnot_pd(sign, x3)));
-    }
-    _mm256_storeu_pd(acc, a0);
-    _mm256_storeu_pd(acc + 4, a1);
-    _mm256_storeu_pd(acc + 8, a2);
-    _mm256_storeu_pd(acc + 12, a3);
+    for (int j = 0; j < 4; j++) a[j] = _mm256_loadu_pd(acc + 4 * j);
+    for (size_t g = 0; g < 16 * ng; g += 16)
+        for (int j = 0; j < 4; j++) {
+            __m256d cv = _mm256_loadu_pd(c + g + 4 * j);
+            __m256d v = x ? _mm256_sub_pd(cv, _mm256_loadu_pd(x + g + 4 * j)) : cv;
+            __m256d z = _mm256_sub_pd(cv, cv);   /* 0, or NaN where c is not finite */
+            nf = _mm256_or_pd(nf, _mm256_cmp_pd(z, z, _CMP_UNORD_Q));
+            if (dst) _mm256_storeu_pd(dst + g + 4 * j, v);
+            a[j] = _mm256_fmadd_pd(v, v, a[j]);
+            mx = _mm256_max_pd(mx, _mm256_andnot_pd(sign, v));
+        }
+    for (int j = 0; j < 4; j++) _mm256_storeu_pd(acc + 4 * j, a[j]);
+    *bad |= _mm256_movemask_pd(nf) != 0;
     double mm[4];
-    _mm256_storeu_pd(mm, _mm256_max_pd(m0, m1));
+    _mm256_storeu_pd(mm, mx);
     double m = mm[0];
     for (int l = 1; l < 4; l++) m = mm[l] > m ? mm[l] : m;
     return m;
 }
 #endif
 
-static double groups(double *acc, const double *x, size_t ng)
+static double groups(double *acc, const double *c, const double *x, double *dst, size_t ng, int *bad)
 {
 #ifdef NORMACC_X86
     static int have = -1;   /* benign race: every thread computes the same value */
@@ -103,9 +106,9 @@ static double groups(double *acc, const double *x, size_t ng)
         unsigned f = decode_cpu_features();
         have = (f & DECODE_CPU_AVX2) && (f & DECODE_CPU_FMA);
     }
-    if (have) return groups_avx2(acc, x, ng);
+    if (have) return groups_avx2(acc, c, x, dst, ng, bad);
 #endif
-    return groups_ref(acc, x, ng);
+    return groups_ref(acc, c, x, dst, ng, bad);
 }
 
 /* The kernel's sum of everything fed so far (accumulators reduced, then the pending elements one at a time). */
@@ -124,41 +127,66 @@ static double dot_so_far(const NormAcc *a)
     return dot;
 }
 
-void normacc_add(NormAcc *a, const double *x, size_t n)
+/* k < 16 values into the pending group (the caller completes it). */
+static void groups_tail(NormAcc *a, const double *c, const double *x, double *dst, size_t k, double *m, int *bad)
+{
+    for (size_t j = 0; j < k; j++) {
+        double v = x ? c[j] - x[j] : c[j];
+        *bad |= !isfinite(c[j]);
+        if (dst) dst[j] = v;
+        double av = fabs(v);
+        *m = av > *m ? av : *m;
+        a->pend[a->npend++] = v;
+    }
+}
+
+/* la_norm's fallback over the values c[i] - x[i] (x NULL: c[i]), made in pieces when they are not stored. */
+static void fallback_values(NormAcc *a, const double *c, const double *x, size_t n)
+{
+    if (!x) {
+        fallback_add(a, c, n);
+        return;
+    }
+    double buf[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        for (size_t j = 0; j < k; j++) buf[j] = c[i + j] - x[i + j];
+        fallback_add(a, buf, k);
+    }
+}
+
+/* Feeds v[i] = c[i] - x[i] (x NULL: c[i]), writing them to dst when not NULL; see normacc_add_diff. */
+static int feed(NormAcc *a, const double *c, const double *x, double *dst, size_t n)
 {
     NormAcc before;
-    int lost_possible = !a->fb_live;
-    if (lost_possible) memcpy(&before, a, sizeof before);
+    if (!a->fb_live) memcpy(&before, a, sizeof before);
     double m = 0.0;
+    int bad = 0;
     size_t i = 0;
     if (a->npend) {
-        while (i < n && a->npend < 16) {
-            double v = fabs(x[i]);
-            m = v > m ? v : m;
-            a->pend[a->npend++] = x[i++];
-        }
+        size_t k = 16 - a->npend < n ? 16 - a->npend : n;
+        groups_tail(a, c, x, dst, k, &m, &bad);
+        i = k;
         if (a->npend == 16) {
-            groups_ref(a->acc, a->pend, 1);
+            int b2 = 0;
+            groups_ref(a->acc, a->pend, NULL, NULL, 1, &b2);
             a->npend = 0;
         }
     }
     size_t ng = (n - i) / 16;
     if (ng) {
-        double mg = groups(a->acc, x + i, ng);
+        double mg = groups(a->acc, c + i, x ? x + i : NULL, dst ? dst + i : NULL, ng, &bad);
         m = mg > m ? mg : m;
         i += 16 * ng;
     }
-    while (i < n) {
-        double v = fabs(x[i]);
-        m = v > m ? v : m;
-        a->pend[a->npend++] = x[i++];
-    }
+    if (i < n) groups_tail(a, c + i, x ? x + i : NULL, dst ? dst + i : NULL, n - i, &m, &bad);
     a->n += n;
     double top = m > a->top ? m : a->top;
     a->top = top;
+    const double *v = dst ? dst : c, *vx = dst ? NULL : x;
     if (a->fb_live) {   /* the fallback's sum is kept only while it may be needed */
         if (top >= NORMACC_LO && top <= NORMACC_HI) a->fb_live = 0;
-        else fallback_add(a, x, n);
+        else fallback_values(a, v, vx, n);
     } else if (!(top <= NORMACC_HI)) {
         /* a magnitude above HI after the sum was dropped: start it again from the kernel's sum of what came
          * before, scaled by the power of two of its largest magnitude (not the sequential order la_norm uses:
@@ -172,8 +200,32 @@ void normacc_add(NormAcc *a, const double *x, size_t n)
         }
         a->fb_live = 1;
         a->approx = 1;
-        fallback_add(a, x, n);
+        fallback_values(a, v, vx, n);
     }
+    return bad;
+}
+
+void normacc_add(NormAcc *a, const double *x, size_t n)
+{
+    feed(a, x, NULL, NULL, n);
+}
+
+static size_t first_not_finite(const double *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(c[i])) return i;
+    return n;
+}
+
+size_t normacc_add_diff(NormAcc *a, double *c, const double *x, size_t n, int store)
+{
+    if (store) {   /* c is overwritten: look first */
+        size_t i = first_not_finite(c, n);
+        if (i < n) return i;
+        feed(a, c, x, c, n);
+        return n;
+    }
+    return feed(a, c, x, NULL, n) ? first_not_finite(c, n) : n;
 }
 
 void normacc_zeros(NormAcc *a, size_t n)
@@ -188,7 +240,7 @@ void normacc_zeros(NormAcc *a, size_t n)
     }
     if (fill) {
         memset(a->pend + a->npend, 0, fill * sizeof *a->pend);
-        groups_ref(a->acc, a->pend, 1);
+        { int b2 = 0; groups_ref(a->acc, a->pend, NULL, NULL, 1, &b2); }
         n -= fill;
     }
     a->npend = n % 16;

@@ -40,6 +40,10 @@ typedef struct NormAcc {
 void normacc_init(NormAcc *a);
 /* Feeds x[0..n) (after everything fed before). */
 void normacc_add(NormAcc *a, const double *x, size_t n);
+/* Feeds c[i] - x[i], i < n, in one pass that also checks c: returns the index of the first c[i] that is not finite
+ * (the accumulator is then of no further use), else n. store: c[i] becomes c[i] - x[i] (not when one is not
+ * finite: c is left as it was). */
+size_t normacc_add_diff(NormAcc *a, double *c, const double *x, size_t n, int store);
 /* Feeds n zeros (a head that did not rewrite its tensor: its difference is zero). */
 void normacc_zeros(NormAcc *a, size_t n);
 /* la_norm of everything fed, in order. */
