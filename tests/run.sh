@@ -60,6 +60,7 @@ test_expid.py
 test_files.py
 test_stats.py
 test_stream_run.py
+test_jobs_run.py
 test_generators.py
 test_ggml.py
 test_inputs.py
@@ -78,7 +79,7 @@ test_store.py
 test_tensorio_numpy.py
 '
 EARLY='test_results.sh test_differential_methods.py test_decode.c test_sweep.sh test_bad_input.py test_determinism.py
-test_quant.py test_differential_quant.py test_cli.py test_differential_multi.py test_plot.sh test_stream_run.py'
+test_quant.py test_differential_quant.py test_cli.py test_differential_multi.py test_plot.sh test_stream_run.py test_jobs_run.py'
 
 PY=${PY:-/usr/bin/python3}
 KVC=${KVC:-./kvc}

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char errbuf[1024];
+static _Thread_local char errbuf[1024];   /* per thread: evaluation workers fail independently */
 static char alloc_ctx[256];
 
 void xalloc_context(const char *fmt, ...)

@@ -21,7 +21,7 @@
 
 const char cmd_run_usage[] =
     "usage: kvc run CONFIG.json [--set PATH=JSON]... [--format table|csv|jsonl] [--per-head]\n"
-    "               [--out FILE [--resume]] [--shard I/N] [--list] [-q]\n"
+    "               [--out FILE [--resume]] [--shard I/N] [--list] [-q] [-j N]\n"
     "               [--no-timing] [--threads N] [--timing-repeat N]\n"
     "\n"
     "Reads CONFIG.json (format: README.md, \"Config reference\"), synthesizes K, V and the query with\n"
@@ -54,6 +54,9 @@ const char cmd_run_usage[] =
     "                    label; tab-separated) and compute nothing\n"
     "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
     "                    than a second: elapsed time, phase, row k/N, ETA) and no notes\n"
+    "  -j, --jobs N      threads for the evaluation, 1..64 (default: the CPUs online): a layer's KV\n"
+    "                    heads run their method and attention on them, the keys' and values' error\n"
+    "                    norms are summed on two; every row is the same for any N\n"
     "  --no-timing       leave decode_ns, decode_speedup and decode_ns_mad empty (the only columns\n"
     "                    that differ between two runs of one config; the table then omits them)\n"
     "  --threads N       threads of the timed decode steps, 1..1024 (default 1)\n"
@@ -68,7 +71,7 @@ const char cmd_run_usage[] =
 
 enum {
     RUN_SET, RUN_FORMAT, RUN_PER_HEAD, RUN_NO_TIMING, RUN_THREADS, RUN_TIMING_REPEAT, RUN_OUT, RUN_RESUME, RUN_SHARD,
-    RUN_LIST, RUN_QUIET
+    RUN_LIST, RUN_QUIET, RUN_JOBS
 };
 const OptSpec cmd_run_opts[] = {
     [RUN_SET] = {"--set", NULL, 1},
@@ -82,6 +85,7 @@ const OptSpec cmd_run_opts[] = {
     [RUN_SHARD] = {"--shard", NULL, 1},
     [RUN_LIST] = {"--list", NULL, 0},
     [RUN_QUIET] = {"-q", "--quiet", 0},
+    [RUN_JOBS] = {"-j", "--jobs", 1},
     {NULL, NULL, 0},
 };
 
@@ -175,6 +179,12 @@ int cmd_run(int argc, char **argv)
             if (opt_size(v, p.where, 1, 1024, &threads)) goto usage;
             timing_opt = "--threads";
             break;
+        case RUN_JOBS: {
+            size_t jobs;
+            if (opt_size(v, p.where, 1, 64, &jobs)) goto usage;
+            eval_set_threads((int)jobs);
+            break;
+        }
         case RUN_TIMING_REPEAT:
             if (opt_size(v, p.where, 1, 100000, &repeat)) goto usage;
             timing_opt = "--timing-repeat";

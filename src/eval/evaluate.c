@@ -10,10 +10,12 @@
 #include "base/util.h"
 #include "methods/svdcache.h"
 #include "data/model_source.h"
+#include "decode/pool.h"
 #include "eval/normacc.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,15 +281,17 @@ static void head_attention(Eval *e, const RefLayer *rl, size_t l, size_t h, cons
     free(out); free(wc); free(ph); free(terms); free(lp); free(lq); free(kept); free(rk); free(Kg); free(Vg);
 }
 
-/* The error norms of head b: K, V its data, Kc, Vc what the method made (NULL: left exact). With per-head rows
- * Kc and Vc become Kc - K and Vc - V. Feeds the aggregate (agg) and fills e->hn[b] (when per-head rows are
- * wanted). Returns 0, or -1 with kvc_fail set when Kc or Vc holds a value that is not finite. */
-static int head_norms(Eval *e, size_t b, int agg, const double *K, const double *V, double *Kc, double *Vc)
+/* The error norms of head b, one side of it (isv 0: keys, and k_error_ordinary; 1: values): K, V its data, Kc,
+ * Vc what the method made (NULL: left exact). With per-head rows Kc (Vc) becomes Kc - K (Vc - V). Feeds the
+ * aggregate (agg) and fills that side of e->hn[b] (when per-head rows are wanted). The two sides touch disjoint
+ * state, so they may run at once. Returns 0, or -1 with kvc_fail set when the side's tensor holds a value that is
+ * not finite. */
+static int head_norms(Eval *e, size_t b, int agg, int isv, const double *K, const double *V, double *Kc, double *Vc)
 {
     const Data *d = e->d;
     size_t m = e->m, T = d->T, D = d->D;
     Norms *hn = e->hn ? &e->hn[b] : NULL;
-    if (d->outlier_mask) {   /* k_error_ordinary: the channels that are not outliers, before Kc becomes Kc - K */
+    if (!isv && d->outlier_mask) {   /* k_error_ordinary: the channels that are not outliers, before Kc - K */
         const unsigned char *mask = d->outlier_mask + (b / d->H) * D;
         double *a = xmalloc(m * sizeof *a), *r = xmalloc(m * sizeof *r);
         size_t k = 0, zeros = 0;
@@ -315,15 +319,11 @@ static int head_norms(Eval *e, size_t b, int agg, const double *K, const double 
         free(a);
         free(r);
     }
-    /* one pass per tensor: check K', make K' - K (kept in place for the per-head norm) and feed the aggregate */
-    for (int isv = 0; isv < 2; isv++) {
-        double *c = isv ? Vc : Kc;
-        const double *x = isv ? V : K;
-        NormAcc *acc = isv ? &e->vd : &e->kd;
-        if (!c) {
-            if (agg && x) normacc_zeros(acc, m);
-            continue;
-        }
+    /* one pass: check K', make K' - K (kept in place for the per-head norm) and feed the aggregate */
+    double *c = isv ? Vc : Kc;
+    const double *x = isv ? V : K;
+    NormAcc *acc = isv ? &e->vd : &e->kd;
+    if (c) {
         size_t bad = m;
         if (agg) {
             bad = normacc_add_diff(acc, c, x, m, hn != NULL);
@@ -333,10 +333,14 @@ static int head_norms(Eval *e, size_t b, int agg, const double *K, const double 
             for (size_t i = 0; bad == m && i < m; i++) c[i] = c[i] - x[i];
         }
         if (bad < m) return not_finite(b / d->H, b % d->H, isv, c, bad, D);
+    } else if (agg && x) {
+        normacc_zeros(acc, m);
     }
-    if (hn) {
+    if (hn && !isv) {
         hn->kd = Kc ? la_norm(Kc, m) : 0.0;
         hn->kr = e->hkr[b];
+    }
+    if (hn && isv) {
         hn->vd = Vc ? la_norm(Vc, m) : 0.0;
         hn->vr = V ? e->hvr[b] : 0.0;
     }
@@ -454,30 +458,110 @@ typedef struct Layer {
     size_t k_recall;
 } Layer;
 
-/* Runs job j's method on layer y and measures its heads. 0, or -1 with kvc_fail set. */
-static int job_layer(Job *j, const Layer *y, const Data *d)
+/* Job j's work on layer y, in three steps of independent items run on the pool (the items write disjoint slots,
+ * so the rows are the same for any thread count): the method per KV head (or once for the layer, apply_layer);
+ * the attention of each head's queries; the aggregate norms, keys and values as two items that each feed their
+ * heads in order. An item that fails keeps its message; the one the heads in order would have met first is
+ * reported. */
+typedef struct LayerWork {
+    Job *j;
+    const Layer *y;
+    const Data *d;
+    int *rc;             /* (2 H,): step 1 per head, step 3 per (head, side) */
+    char (*msg)[1024];   /* (2 H,) their messages */
+    size_t *stop;        /* step 3: the head where side 0 / 1 stopped (H: none) */
+} LayerWork;
+
+static void keep_error(LayerWork *w, size_t slot)
 {
-    size_t H = d->H, T = d->T, D = d->D, m = T * D, l = y->l;
+    w->rc[slot] = -1;
+    snprintf(w->msg[slot], sizeof w->msg[slot], "%s", kvc_errmsg());
+}
+
+static void step_method(void *arg, size_t h, int tid)
+{
+    (void)tid;
+    LayerWork *w = arg;
+    if (method_run(&w->y->cs[h], w->j->ex, &w->y->ins[h], 1, w->j->timed)) keep_error(w, h);
+}
+
+static void step_attention(void *arg, size_t h, int tid)
+{
+    (void)tid;
+    LayerWork *w = arg;
+    Job *j = w->j;
+    const Data *d = w->d;
+    size_t m = d->T * d->D, b = w->y->l * d->H + h;
+    const double *K = w->y->dl.K + h * m, *V = w->y->dl.V ? w->y->dl.V + h * m : NULL;
+    const Compressed *c = &w->y->cs[h];
+    if (j->e.ref->nq) head_attention(&j->e, &w->y->rl, w->y->l, h, c, c->K ? c->K : K, c->V ? c->V : V, w->y->k_recall);
+    if (j->lm_rows) model_rows_set(&j->lm_rows[b], c->K ? c->K : K, c->V ? c->V : V, c->kept, c->n_kept, d->T, d->D);
+}
+
+static void step_norms(void *arg, size_t isv, int tid)
+{
+    (void)tid;
+    LayerWork *w = arg;
+    const Data *d = w->d;
+    size_t H = d->H, m = d->T * d->D;
+    w->stop[isv] = H;
+    for (size_t h = 0; h < H; h++) {
+        const double *K = w->y->dl.K + h * m, *V = w->y->dl.V ? w->y->dl.V + h * m : NULL;
+        Compressed *c = &w->y->cs[h];
+        if (head_norms(&w->j->e, w->y->l * H + h, w->j->agg != NULL, (int)isv, K, V, c->K, c->V)) {
+            keep_error(w, 2 * h + isv);
+            w->stop[isv] = h;
+            return;
+        }
+    }
+}
+
+static void run_items(Pool *pool, PoolFn fn, void *arg, size_t n)
+{
+    if (pool && n > 1) pool_run(pool, fn, arg, n);
+    else
+        for (size_t i = 0; i < n; i++) fn(arg, i, 0);
+}
+
+/* Runs job j's method on layer y and measures its heads. 0, or -1 with kvc_fail set. */
+static int job_layer(Job *j, const Layer *y, const Data *d, Pool *pool)
+{
+    size_t H = d->H, l = y->l;
     Compressed *cs = y->cs;
     Eval *e = &j->e;
-    int rc = method_run(cs, j->ex, y->ins, H, j->timed);
-    for (size_t h = 0; rc == 0 && h < H; h++) {
-        size_t b = l * H + h;
-        const double *K = y->dl.K + h * m, *V = y->dl.V ? y->dl.V + h * m : NULL;
-        Compressed c = cs[h];
-        memset(&cs[h], 0, sizeof c);
-        e->hasK[b] = c.K != NULL;
-        e->hasV[b] = c.V != NULL;
-        e->evicts[b] = c.kept != NULL;
-        e->bytes[b] = c.bytes;
-        if (j->timed) timing_cache_add(&j->stored, &c.stored);
-        if (e->ref->nq) head_attention(e, &y->rl, l, h, &c, c.K ? c.K : K, c.V ? c.V : V, y->k_recall);
-        if (j->lm_rows) model_rows_set(&j->lm_rows[b], c.K ? c.K : K, c.V ? c.V : V, c.kept, c.n_kept, T, D);
-        /* K' - K and V' - V, computed in place in K' and V' once the attention has read them */
-        rc = head_norms(e, b, j->agg != NULL, K, V, c.K, c.V);
-        compressed_free(&c);
+    LayerWork w = {.j = j, .y = y, .d = d, .rc = xcalloc(2 * H, sizeof *w.rc), .msg = xcalloc(2 * H, sizeof *w.msg),
+                   .stop = xcalloc(2, sizeof *w.stop)};
+    int rc = 0;
+    if (j->ex->method->apply_layer) {
+        rc = method_run(cs, j->ex, y->ins, H, j->timed);
+    } else {
+        memset(cs, 0, H * sizeof *cs);
+        run_items(pool, step_method, &w, H);
+        for (size_t h = 0; rc == 0 && h < H; h++)
+            if (w.rc[h]) rc = kvc_fail("%s", w.msg[h]);
+        memset(w.rc, 0, 2 * H * sizeof *w.rc);
     }
-    for (size_t h = 0; h < H; h++) compressed_free(&cs[h]);
+    if (rc == 0) {
+        for (size_t h = 0; h < H; h++) {
+            size_t b = l * H + h;
+            e->hasK[b] = cs[h].K != NULL;
+            e->hasV[b] = cs[h].V != NULL;
+            e->evicts[b] = cs[h].kept != NULL;
+            e->bytes[b] = cs[h].bytes;
+        }
+        run_items(pool, step_attention, &w, H);
+        run_items(pool, step_norms, &w, 2);
+        /* the first failure in head order, keys before values */
+        size_t first = w.stop[0] <= w.stop[1] ? 2 * w.stop[0] : 2 * w.stop[1] + 1;
+        if (first < 2 * H) rc = kvc_fail("%s", w.msg[first]);
+    }
+    for (size_t h = 0; h < H; h++) {
+        if (rc == 0 && j->timed) timing_cache_add(&j->stored, &cs[h].stored);
+        compressed_free(&cs[h]);
+    }
+    free(w.rc);
+    free(w.msg);
+    free(w.stop);
     return rc;
 }
 
@@ -554,6 +638,8 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
         jobs[k].e.hvr = hvr;
     }
     Layer y = {.ins = xcalloc(H, sizeof *y.ins), .cs = xcalloc(H, sizeof *y.cs)};
+    int nthreads = eval_threads();
+    Pool *pool = nthreads > 1 && (H > 1 || data_has_values(d)) ? pool_create(nthreads) : NULL;   /* NULL: in turn */
     y.k_recall = cfg->recall_k < T ? cfg->recall_k : T;
     if (y.k_recall == 0) y.k_recall = T < 32 ? T : 32;
     size_t live = n;   /* jobs [0, live) still run */
@@ -588,7 +674,7 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
             }
         }
         for (size_t k = 0; k < live; k++)
-            if (job_layer(&jobs[k], &y, d)) {   /* the experiments after k would not have run */
+            if (job_layer(&jobs[k], &y, d, pool)) {   /* the experiments after k would not have run */
                 snprintf(msg, sizeof msg, "%s", kvc_errmsg());
                 for (size_t x = k; x < live; x++) job_free(&jobs[x]);
                 *failed = k;
@@ -599,6 +685,7 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
         ref_layer_free(&y.rl);
         data_layer_free(&y.dl);
     }
+    pool_free(pool);
     free(y.ins);
     free(y.cs);
     for (size_t k = 0; k < live; k++)
@@ -613,6 +700,17 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
     free(hvr);
     if (rc) kvc_fail("%s", msg);
     return rc;
+}
+
+static int threads_wanted;   /* eval_set_threads; 0: the CPUs online */
+
+void eval_set_threads(int n) { threads_wanted = n > 0 ? n : 0; }
+
+int eval_threads(void)
+{
+    if (threads_wanted > 0) return threads_wanted;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
 int eval_experiment(Row *row, const Experiment *ex, const Config *cfg, const Data *d, const Reference *ref,

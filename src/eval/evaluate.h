@@ -55,6 +55,12 @@ int eval_experiment_per_head(Row *rows, const Experiment *ex, const Config *cfg,
 int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, int per_head, const Config *cfg,
                      const Data *d, const Reference *ref, size_t *failed);
 
+/* Threads for the evaluation (kvc run -j): each layer's KV heads run their method and attention on them, and the
+ * keys' and values' error norms are summed on two of them, each over the heads in order; the rows are the same
+ * bytes for any count. n <= 0: the CPUs online (the default), at most 64. eval_threads: the count in force. */
+void eval_set_threads(int n);
+int eval_threads(void);
+
 /* numpy's np.percentile(x, p) with the default linear method; sorts x[0..n) in place; n >= 1. */
 double eval_percentile(double *x, size_t n, double p);
 

@@ -116,7 +116,7 @@ int exp_param_listed(const Experiment *ex, size_t i)
 
 const char *exp_path(const Experiment *ex, const char *key)
 {
-    static char buf[128];
+    static _Thread_local char buf[128];
     if (ex->is_step) snprintf(buf, sizeof buf, "experiments.%zu.steps.%zu.%s", ex->src, ex->step, key);
     else snprintf(buf, sizeof buf, "experiments.%zu.%s", ex->src, key);
     return buf;
@@ -124,7 +124,7 @@ const char *exp_path(const Experiment *ex, const char *key)
 
 const char *exp_param_path(const Experiment *ex, const char *name)
 {
-    static char buf[160];
+    static _Thread_local char buf[160];
     int i = method_param_index(ex->method, name);
     assert(i >= 0);
     const char *where = exp_path(ex, name);

@@ -4,6 +4,7 @@
 #include "base/linalg.h"
 #include "base/util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +18,15 @@ typedef struct Entry {
 
 struct SvdCache {
     Entry *head;
+    pthread_mutex_t mu;   /* guards the list; decompositions run outside it */
 };
 
-SvdCache *svdcache_new(void) { return xcalloc(1, sizeof(SvdCache)); }
+SvdCache *svdcache_new(void)
+{
+    SvdCache *c = xcalloc(1, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
 
 void svdcache_free(SvdCache *c)
 {
@@ -28,6 +35,7 @@ void svdcache_free(SvdCache *c)
         next = e->next;
         free(e->x); free(e->rows); free(e->S); free(e->Vt); free(e);
     }
+    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
@@ -39,16 +47,27 @@ static int same_key(const Entry *e, const double *const *x, const size_t *rows, 
     return 1;
 }
 
+static const Entry *find(const SvdCache *c, const double *const *x, const size_t *rows, size_t n, size_t D)
+{
+    for (const Entry *e = c->head; e; e = e->next)
+        if (same_key(e, x, rows, n, D)) return e;
+    return NULL;
+}
+
 int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t n, size_t D, const double **S,
                  const double **Vt, int *owned)
 {
-    for (const Entry *e = c ? c->head : NULL; e; e = e->next)
-        if (same_key(e, x, rows, n, D)) {
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        const Entry *e = find(c, x, rows, n, D);
+        pthread_mutex_unlock(&c->mu);
+        if (e) {
             *S = e->S;
             *Vt = e->Vt;
             *owned = 0;
             return 0;
         }
+    }
     double *s = xmalloc(D * sizeof *s), *vt = xmalloc(D * D * sizeof *vt);
     if (la_svd_right(s, vt, x, rows, n, D)) {
         free(s);
@@ -59,9 +78,17 @@ int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t
     *Vt = vt;
     *owned = c == NULL;
     if (!c) return 0;
+    pthread_mutex_lock(&c->mu);
+    const Entry *other = find(c, x, rows, n, D);
+    if (other) {   /* another thread made the same decomposition meanwhile (the same bits): use the cache's */
+        pthread_mutex_unlock(&c->mu);
+        free(s);
+        free(vt);
+        *S = other->S;
+        *Vt = other->Vt;
+        return 0;
+    }
     Entry *e = xmalloc(sizeof *e);
-    e->next = c->head;
-    c->head = e;
     e->n = n;
     e->D = D;
     e->x = xmalloc(n * sizeof *e->x);
@@ -70,5 +97,8 @@ int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t
     memcpy(e->rows, rows, n * sizeof *e->rows);
     e->S = s;
     e->Vt = vt;
+    e->next = c->head;
+    c->head = e;
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }

@@ -5,8 +5,9 @@
  * heads of a layer for lowrank's joint basis), keyed by the tensors' addresses and row counts and the width D: the
  * key is the tensor's identity, so a cache may only be handed tensors that stay alive and unchanged as long as the
  * cache lives. The evaluation owns one per data set (eval/evaluate.h, Reference.svd) and passes it to the methods
- * in MethodInput.svd for the data tensors; inputs a pipeline builds (copies it frees) get none. Not thread-safe:
- * one caller at a time. An entry holds (D + 1) x D doubles.
+ * in MethodInput.svd for the data tensors; inputs a pipeline builds (copies it frees) get none. Thread-safe: a
+ * lock guards the list, decompositions run outside it (two threads asking for the same one at once may both make
+ * it; the cache keeps the first). An entry holds (D + 1) x D doubles.
  */
 #ifndef KVC_SVDCACHE_H
 #define KVC_SVDCACHE_H
