@@ -5,7 +5,7 @@
  * (K or V: D, or the rank), nb = the blocks of DECODE_BLOCK tokens of both segments (main, then residual). */
 #include "decode/decode.h"
 #include "decode/kernels.h"
-#include "decode/pool.h"
+#include "base/pool.h"
 #include "base/util.h"
 
 #include <assert.h>

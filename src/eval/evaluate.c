@@ -10,7 +10,7 @@
 #include "base/util.h"
 #include "methods/svdcache.h"
 #include "data/model_source.h"
-#include "decode/pool.h"
+#include "base/pool.h"
 #include "eval/normacc.h"
 
 #include <math.h>
@@ -665,7 +665,7 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
             *in = (MethodInput){.T = T, .D = D, .K = y.dl.K + h * m, .V = y.dl.V ? y.dl.V + h * m : NULL,
                                 .w_ref = y.rl.wsum ? y.rl.wsum + h * T : NULL,
                                 .K_att = y.rl.Katt ? y.rl.Katt + h * m : NULL, .layer = l, .head = h,
-                                .seed = cfg->seed, .svd = svd};
+                                .seed = cfg->seed, .svd = svd, .pool = H == 1 ? pool : NULL};   /* H > 1: the heads use it */
             if (d->O) {
                 in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
                 in->obs_pos = d->obs_pos;

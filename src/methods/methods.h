@@ -92,6 +92,8 @@ typedef struct MethodInput {
     const char *seed;     /* the config's seed, a decimal integer string (methods that draw: `random`), or NULL */
     struct SvdCache *svd; /* decompositions shared by the run's experiments (src/methods/svdcache.h), or NULL; set
                              only while K and V are the run's data tensors (never on rows a pipeline made) */
+    struct Pool *pool;    /* threads the method may split independent work over (base/pool.h; quantize: K and V at
+                             once), or NULL: in turn. The evaluation sets it only when nothing else runs on it */
 } MethodInput;
 
 /* The stored form of one (layer, KV head): the tensors the compressed cache holds for it, exactly as the method

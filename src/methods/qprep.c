@@ -22,17 +22,20 @@ int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int r
     memset(q, 0, sizeof *q);
     q->T = T;
     q->D = D;
-    q->x = xmalloc(T * D * sizeof *q->x);
-    memcpy(q->x, x, T * D * sizeof *q->x);
+    size_t n = rows * D, k = p > 0 ? (size_t)floor(p * (double)n) : 0;
+    q->x = x;
+    if (rotate != ROTATE_HADAMARD && k == 0) return 0;   /* read in place */
+    q->own = xmalloc(T * D * sizeof *q->own);
+    memcpy(q->own, x, T * D * sizeof *q->own);
+    q->x = q->own;
     if (rotate == ROTATE_HADAMARD) {
         q->signs = xmalloc(D * sizeof *q->signs);
         if (hadamard_signs(q->signs, D, seed)) {
             qprep_free(q);
             return -1;
         }
-        hadamard_rotate(q->x, T, D, q->signs);
+        hadamard_rotate(q->own, T, D, q->signs);
     }
-    size_t n = rows * D, k = p > 0 ? (size_t)floor(p * (double)n) : 0;
     if (k == 0) return 0;
     Ranked *m = xmalloc(n * sizeof *m);   /* the outliers: larger |x| first, then the lower index */
     for (size_t i = 0; i < n; i++) m[i] = (Ranked){fabs(q->x[i]), i};
@@ -46,7 +49,7 @@ int qprep_init(QPrep *q, const double *x, size_t T, size_t D, size_t rows, int r
         for (int b = 0; b < 4; b++) q->sparse[6 * r + (size_t)b] = (uint8_t)(idx >> (8 * b));
         q->sparse[6 * r + 4] = (uint8_t)h;
         q->sparse[6 * r + 5] = (uint8_t)(h >> 8);
-        q->x[m[r].i] = 0.0;
+        q->own[m[r].i] = 0.0;
     }
     free(m);
     return 0;
@@ -84,7 +87,7 @@ uint64_t qprep_bytes(const QPrep *q) { return 6u * (uint64_t)q->n_out; }
 void qprep_free(QPrep *q)
 {
     if (!q) return;
-    free(q->x);
+    free(q->own);
     free(q->signs);
     free(q->sparse);
     memset(q, 0, sizeof *q);

@@ -25,7 +25,9 @@
 
 typedef struct QPrep {
     size_t T, D;
-    double *x;          /* (T, D) the dense tensor to quantize */
+    const double *x;    /* (T, D) the dense tensor to quantize: the input itself when there is nothing to rotate or
+                           take out, else own */
+    double *own;        /* the rotated copy with its outliers taken out, or NULL */
     double *signs;      /* (D,) rotation signs, or NULL without rotation */
     size_t n_out;       /* outliers */
     uint8_t *sparse;    /* n_out records of 6 bytes (int32 index, FP16 value), or NULL */

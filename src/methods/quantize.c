@@ -18,7 +18,10 @@
 #include "methods/methods.h"
 #include "methods/qprep.h"
 #include "store/store.h"
+#include "base/pool.h"
 #include "base/util.h"
+
+#include <stdio.h>
 
 #include <string.h>
 
@@ -70,6 +73,28 @@ static int quantize_tensor(StoreTensor *st, double *out, uint64_t *bytes, const 
     return 0;
 }
 
+/* Quantizing K and V: two independent items, on in->pool's threads when there is one. */
+typedef struct Pair {
+    Compressed *out;
+    const Experiment *ex;
+    const MethodInput *in;
+    uint64_t bytes[2];
+    int rc[2];
+    char msg[2][1024];
+} Pair;
+
+static void pair_item(void *arg, size_t v, int tid)
+{
+    (void)tid;
+    Pair *p = arg;
+    StoreTensor *st = v ? &p->out->stored.V : &p->out->stored.K;
+    double *y = v ? p->out->V : p->out->K;
+    if (quantize_tensor(st, y, &p->bytes[v], v ? p->in->V : p->in->K, p->ex, p->in)) {
+        p->rc[v] = -1;
+        snprintf(p->msg[v], sizeof p->msg[v], "%s", kvc_errmsg());
+    }
+}
+
 static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
 {
     long to = exp_param(ex, "apply_to");
@@ -77,20 +102,21 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     size_t n = in->T * in->D;
 
     memset(out, 0, sizeof *out);
-    if (to == APPLY_K || to == APPLY_KV) {
-        out->K = xmalloc(n * sizeof(double));
-        if (quantize_tensor(&out->stored.K, out->K, &out->bytes, in->K, ex, in)) return -1;
+    int doK = to == APPLY_K || to == APPLY_KV, doV = in->V && (to == APPLY_V || to == APPLY_KV);
+    if (!doK) out->bytes += fp16;   /* stays FP16 (method_run stores it) */
+    if (in->V && !doV) out->bytes += fp16;
+    if (doK) out->K = xmalloc(n * sizeof(double));
+    if (doV) out->V = xmalloc(n * sizeof(double));
+    Pair p = {.out = out, .ex = ex, .in = in};
+    if (doK && doV && in->pool) {
+        pool_run(in->pool, pair_item, &p, 2);
     } else {
-        out->bytes += fp16;   /* stays FP16 (method_run stores it) */
+        if (doK) pair_item(&p, 0, 0);
+        if (doV && p.rc[0] == 0) pair_item(&p, 1, 0);
     }
-    if (in->V) {
-        if (to == APPLY_V || to == APPLY_KV) {
-            out->V = xmalloc(n * sizeof(double));
-            if (quantize_tensor(&out->stored.V, out->V, &out->bytes, in->V, ex, in)) return -1;
-        } else {
-            out->bytes += fp16;
-        }
-    }
+    for (int v = 0; v < 2; v++)
+        if (p.rc[v]) return kvc_fail("%s", p.msg[v]);
+    out->bytes += p.bytes[0] + p.bytes[1];
     if ((out->stored.none = qprep_no_decode(ex)) != NULL) method_stored_free(&out->stored);
     return 0;
 }

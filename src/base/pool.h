@@ -7,8 +7,8 @@
  * pool_create(1) starts no thread. Failure to start a thread is a runtime failure: pool_create returns
  * NULL with kvc_fail set.
  */
-#ifndef KVC_DECODE_POOL_H
-#define KVC_DECODE_POOL_H
+#ifndef KVC_BASE_POOL_H
+#define KVC_BASE_POOL_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* pool: workers sleep on a condition variable until the generation counter moves, take items from an
  * atomic counter, and report completion through a second counter (see pool.h). */
-#include "decode/pool.h"
+#include "base/pool.h"
 #include "base/util.h"
 
 #include <pthread.h>
