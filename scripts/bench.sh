@@ -92,6 +92,20 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
                     show(f[i] " G=" g " time(1 thread) / time(2 threads)", ms[f[i] "|" g "|1"] / ms[f[i] "|" g "|2"], 1.7, ">=")
     }' results/bench-gqa.csv.tmp
 } >> results/bench.txt.tmp
+# kvc against llama.cpp's CPU flash attention at G = 1 and G = 4 (issue 14): scripts/bench-llamacpp.sh measures both
+# side by side in one run each (it builds llama.cpp, so make bench does not run it); their tables are copied here.
+for f in results/bench-llamacpp.txt results/bench-llamacpp-g4.txt; do
+    [ -f "$f" ] || continue
+    {
+        echo
+        echo "# kvc vs llama.cpp's flash-attention decode step, from $f (scripts/bench-llamacpp.sh, its own run):"
+        awk '/^# llama.cpp CPU flash-attention decode vs kvc bench/ && !d { d = 1; sub(/^.*\), /, ""); print "#   measured " $0 }
+             /^# machine: / && !m { m = 1; sub(/^# machine: */, ""); print "#   machine: " $0 }
+             /^# shape: --/ && !s { s = 1; sub(/^# shape: */, ""); print "#   shape: " $0 }' "$f"
+        echo "#   x tok / x head = llama.cpp ms / kvc ms in llama.cpp's token-major cache / ggml's head-major layout"
+        awk '/^format thr/ { on = 1 } on && /^$/ { exit } on' "$f"
+    } >> results/bench.txt.tmp
+done
 rm -f results/bench-gqa.txt.tmp results/bench.csv.tmp.meta.json results/bench-gqa.csv.tmp.meta.json  # named after .tmp
 mv results/bench-gqa.csv.tmp results/bench-gqa.csv
 mv results/bench.csv.tmp results/bench.csv
