@@ -66,18 +66,24 @@ void rng_seedseq_generate_u32(const uint32_t pool[4], uint32_t *out, size_t n32)
     }
 }
 
-/* Full 128-bit product of two 64-bit values. */
-static void mul_64x64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo)
+/* Full 128-bit product of two 64-bit values (one instruction where the compiler has a 128-bit type). */
+static inline void mul_64x64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo)
 {
+#ifdef __SIZEOF_INT128__
+    __extension__ unsigned __int128 p = (unsigned __int128)a * b;
+    *hi = (uint64_t)(p >> 64);
+    *lo = (uint64_t)p;
+#else
     uint64_t a0 = a & 0xffffffffu, a1 = a >> 32, b0 = b & 0xffffffffu, b1 = b >> 32;
     uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
     uint64_t mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
     *lo = (mid << 32) | (p00 & 0xffffffffu);
     *hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
 }
 
 /* 3.2 step: state = state * MULT + inc (mod 2^128), per 3.6. */
-static void pcg_step(rng *r)
+static inline void pcg_step(rng *r)
 {
     uint64_t hi, lo;
     mul_64x64(r->state_lo, PCG_MULT_LO, &hi, &lo);
@@ -170,6 +176,26 @@ double rng_next_double(rng *r)
 }
 
 /* 4.2 numpy's random_standard_normal. */
+/* The rest of one ziggurat draw whose fast test failed (idx, rabs, x as rng_standard_normal made them): the tail
+ * or the wedge; NAN when the draw is rejected (the caller draws again). */
+static double normal_slow(rng *r, size_t idx, uint64_t rabs, double x)
+{
+    if (idx == 0) {
+        /* Tail beyond r. The sign is bit 8 of rabs, not `negative`. */
+        for (;;) {
+            double xx = -ZIG_INV_R * log1p(-rng_next_double(r));
+            double yy = -log1p(-rng_next_double(r));
+            if (yy + yy > xx * xx)
+                return ((rabs >> 8) & 1) ? -(ZIG_R + xx) : ZIG_R + xx;
+        }
+    }
+    /* Wedge: one subtract, multiply, add (no FMA; -ffp-contract=off). */
+    double f0 = rng_fi_double[idx - 1], f1 = rng_fi_double[idx];
+    if ((f0 - f1) * rng_next_double(r) + f1 < exp(-0.5 * x * x))
+        return x;
+    return NAN;
+}
+
 double rng_standard_normal(rng *r)
 {
     for (;;) {
@@ -183,19 +209,8 @@ double rng_standard_normal(rng *r)
             x = -x;
         if (rabs < rng_ki_double[idx])
             return x; /* fast path */
-        if (idx == 0) {
-            /* Tail beyond r. The sign is bit 8 of rabs, not `negative`. */
-            for (;;) {
-                double xx = -ZIG_INV_R * log1p(-rng_next_double(r));
-                double yy = -log1p(-rng_next_double(r));
-                if (yy + yy > xx * xx)
-                    return ((rabs >> 8) & 1) ? -(ZIG_R + xx) : ZIG_R + xx;
-            }
-        }
-        /* Wedge: one subtract, multiply, add (no FMA; -ffp-contract=off). */
-        double f0 = rng_fi_double[idx - 1], f1 = rng_fi_double[idx];
-        if ((f0 - f1) * rng_next_double(r) + f1 < exp(-0.5 * x * x))
-            return x;
+        double z = normal_slow(r, idx, rabs, x);
+        if (!isnan(z)) return z;
     }
 }
 
@@ -203,6 +218,24 @@ double rng_standard_normal(rng *r)
 void rng_normal_fill(rng *r, double *out, size_t n)
 {
     const double loc = 0.0, scale = 1.0;
-    for (size_t i = 0; i < n; i++)
-        out[i] = loc + scale * rng_standard_normal(r);
+    rng s = *r;   /* the state in registers: rng_standard_normal's fast path inline, the rest through normal_slow */
+    for (size_t i = 0; i < n; i++) {
+        double z;
+        for (;;) {
+            pcg_step(&s);
+            uint64_t x = s.state_hi ^ s.state_lo;
+            unsigned rot = (unsigned)(s.state_hi >> 58);
+            uint64_t u = (x >> rot) | (x << ((64u - rot) & 63u));
+            size_t idx = (size_t)(u & 0xff);
+            u >>= 8;
+            uint64_t rabs = (u >> 1) & 0x000fffffffffffffULL;
+            z = (double)rabs * rng_wi_double[idx];
+            if (u & 1) z = -z;
+            if (rabs < rng_ki_double[idx]) break;
+            z = normal_slow(&s, idx, rabs, z);
+            if (!isnan(z)) break;
+        }
+        out[i] = loc + scale * z;
+    }
+    *r = s;
 }
