@@ -71,30 +71,62 @@ static double groups_ref(double *acc, const double *c, const double *x, double *
 
 #ifdef NORMACC_X86
 /* The same with AVX2 + FMA: register j holds accumulators 4j..4j+3, as OpenBLAS's kernel does. fma rounds once
- * either way, so both give the same bits. */
-__attribute__((target("avx2,fma"))) static double groups_avx2(double *acc, const double *c, const double *x,
-                                                             double *dst, size_t ng, int *bad)
+ * either way, so both give the same bits. One body per (subtrahend, destination) case, the accumulators in
+ * registers. */
+#define NORMACC_LOAD(k) (x ? _mm256_sub_pd(_mm256_loadu_pd(c + g + (k)), _mm256_loadu_pd(x + g + (k))) \
+                           : _mm256_loadu_pd(c + g + (k)))
+static inline __attribute__((always_inline, target("avx2,fma"))) double
+groups_avx2_body(double *acc, const double *c, const double *x, double *dst, size_t ng, int *bad)
 {
-    __m256d a[4], mx = _mm256_setzero_pd(), nf = _mm256_setzero_pd();
+    __m256d a0 = _mm256_loadu_pd(acc), a1 = _mm256_loadu_pd(acc + 4), a2 = _mm256_loadu_pd(acc + 8),
+            a3 = _mm256_loadu_pd(acc + 12);
+    __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd(), nf = _mm256_setzero_pd();
     const __m256d sign = _mm256_set1_pd(-0.0);
-    for (int j = 0; j < 4; j++) a[j] = _mm256_loadu_pd(acc + 4 * j);
-    for (size_t g = 0; g < 16 * ng; g += 16)
-        for (int j = 0; j < 4; j++) {
-            __m256d cv = _mm256_loadu_pd(c + g + 4 * j);
-            __m256d v = x ? _mm256_sub_pd(cv, _mm256_loadu_pd(x + g + 4 * j)) : cv;
-            __m256d z = _mm256_sub_pd(cv, cv);   /* 0, or NaN where c is not finite */
+    for (size_t g = 0; g < 16 * ng; g += 16) {
+        __m256d v0 = NORMACC_LOAD(0), v1 = NORMACC_LOAD(4), v2 = NORMACC_LOAD(8), v3 = NORMACC_LOAD(12);
+        if (x) {   /* c itself must be finite (c - c is 0 then, NaN otherwise) */
+            __m256d c0 = _mm256_loadu_pd(c + g), c1 = _mm256_loadu_pd(c + g + 4), c2 = _mm256_loadu_pd(c + g + 8),
+                    c3 = _mm256_loadu_pd(c + g + 12);
+            __m256d z = _mm256_add_pd(_mm256_add_pd(_mm256_sub_pd(c0, c0), _mm256_sub_pd(c1, c1)),
+                                      _mm256_add_pd(_mm256_sub_pd(c2, c2), _mm256_sub_pd(c3, c3)));
             nf = _mm256_or_pd(nf, _mm256_cmp_pd(z, z, _CMP_UNORD_Q));
-            if (dst) _mm256_storeu_pd(dst + g + 4 * j, v);
-            a[j] = _mm256_fmadd_pd(v, v, a[j]);
-            mx = _mm256_max_pd(mx, _mm256_andnot_pd(sign, v));
+        } else {
+            __m256d z = _mm256_add_pd(_mm256_add_pd(_mm256_sub_pd(v0, v0), _mm256_sub_pd(v1, v1)),
+                                      _mm256_add_pd(_mm256_sub_pd(v2, v2), _mm256_sub_pd(v3, v3)));
+            nf = _mm256_or_pd(nf, _mm256_cmp_pd(z, z, _CMP_UNORD_Q));
         }
-    for (int j = 0; j < 4; j++) _mm256_storeu_pd(acc + 4 * j, a[j]);
+        if (dst) {
+            _mm256_storeu_pd(dst + g, v0);
+            _mm256_storeu_pd(dst + g + 4, v1);
+            _mm256_storeu_pd(dst + g + 8, v2);
+            _mm256_storeu_pd(dst + g + 12, v3);
+        }
+        a0 = _mm256_fmadd_pd(v0, v0, a0);
+        a1 = _mm256_fmadd_pd(v1, v1, a1);
+        a2 = _mm256_fmadd_pd(v2, v2, a2);
+        a3 = _mm256_fmadd_pd(v3, v3, a3);
+        m0 = _mm256_max_pd(m0, _mm256_max_pd(_mm256_andnot_pd(sign, v0), _mm256_andnot_pd(sign, v1)));
+        m1 = _mm256_max_pd(m1, _mm256_max_pd(_mm256_andnot_pd(sign, v2), _mm256_andnot_pd(sign, v3)));
+    }
+    _mm256_storeu_pd(acc, a0);
+    _mm256_storeu_pd(acc + 4, a1);
+    _mm256_storeu_pd(acc + 8, a2);
+    _mm256_storeu_pd(acc + 12, a3);
     *bad |= _mm256_movemask_pd(nf) != 0;
     double mm[4];
-    _mm256_storeu_pd(mm, mx);
+    _mm256_storeu_pd(mm, _mm256_max_pd(m0, m1));
     double m = mm[0];
     for (int l = 1; l < 4; l++) m = mm[l] > m ? mm[l] : m;
     return m;
+}
+#undef NORMACC_LOAD
+
+__attribute__((target("avx2,fma"))) static double groups_avx2(double *acc, const double *c, const double *x,
+                                                             double *dst, size_t ng, int *bad)
+{
+    if (!x) return groups_avx2_body(acc, c, NULL, NULL, ng, bad);
+    if (!dst) return groups_avx2_body(acc, c, x, NULL, ng, bad);
+    return groups_avx2_body(acc, c, x, dst, ng, bad);
 }
 #endif
 
