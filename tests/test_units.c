@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "eval/evaluate.h"
 #include "base/linalg.h"
+#include "base/pool.h"
 #include "methods/methods.h"
 #include "methods/svdcache.h"
 #include "report/report.h"
@@ -398,7 +399,7 @@ static void test_svd_right(void)
     }
     const double *one[1] = {A};
     const size_t rows1[1] = {M};
-    int rc = la_svd_right(S2, Vt2, one, rows1, 1, N);
+    int rc = la_svd_right(S2, Vt2, one, rows1, 1, N, NULL);
     check(rc == 0, "la_svd_right_rc", "expected 0, got %d (%s)", rc, kvc_errmsg());
     la_svd(U, S, Vt, A, M, N);
     double ds = 0, dv = 0;
@@ -412,23 +413,23 @@ static void test_svd_right(void)
     check(dv <= 1e-12, "la_svd_right_Vt_as_la_svd_signs_too", "max |v_k . v_k,numpy - 1| = %g", dv);
     const double *three[3] = {A, A + 7 * N, A + 1100 * N};
     const size_t rows3[3] = {7, 1093, M - 1100};
-    rc = la_svd_right(S, Vt, three, rows3, 3, N);
+    rc = la_svd_right(S, Vt, three, rows3, 3, N, NULL);
     check(rc == 0 && memcmp(S, S2, sizeof S) == 0 && memcmp(Vt, Vt2, sizeof Vt) == 0, "la_svd_right_split_invariant",
           "rc %d; S or Vt differ when the rows come in 3 pieces", rc);
-    rc = la_svd_right(S, Vt, one, (const size_t[]){N - 1}, 1, N);
+    rc = la_svd_right(S, Vt, one, (const size_t[]){N - 1}, 1, N, NULL);
     check(rc == -1 && strstr(kvc_errmsg(), "23 x 24"), "la_svd_right_wide_fails", "expected -1 naming 23 x 24, got %d %s",
           rc, kvc_errmsg());
 
     SvdCache *c = svdcache_new();
     const double *cs, *cv, *cs2, *cv2;
     int owned = 1, owned2 = 1;
-    rc = svdcache_get(c, three, rows3, 3, N, &cs, &cv, &owned);
-    int rc2 = svdcache_get(c, three, rows3, 3, N, &cs2, &cv2, &owned2);
+    rc = svdcache_get(c, three, rows3, 3, N, &cs, &cv, &owned, NULL);
+    int rc2 = svdcache_get(c, three, rows3, 3, N, &cs2, &cv2, &owned2, NULL);
     check(rc == 0 && rc2 == 0 && !owned && !owned2 && cs == cs2 && cv == cv2 && memcmp(cs, S2, sizeof S2) == 0,
           "svdcache_computes_once", "rc %d %d, owned %d %d, same arrays %d", rc, rc2, owned, owned2, cs == cs2);
-    rc = svdcache_get(c, one, rows1, 1, N, &cs2, &cv2, &owned2);   /* another key (one block): a new entry */
+    rc = svdcache_get(c, one, rows1, 1, N, &cs2, &cv2, &owned2, NULL);   /* another key (one block): a new entry */
     check(rc == 0 && cs2 != cs && memcmp(cs2, S2, sizeof S2) == 0, "svdcache_keyed_by_blocks", "rc %d", rc);
-    rc = svdcache_get(NULL, one, rows1, 1, N, &cs2, &cv2, &owned2);
+    rc = svdcache_get(NULL, one, rows1, 1, N, &cs2, &cv2, &owned2, NULL);
     check(rc == 0 && owned2 && memcmp(cv2, Vt2, sizeof Vt2) == 0, "svdcache_none_gives_owned", "rc %d owned %d", rc,
           owned2);
     if (rc == 0) {
@@ -438,6 +439,41 @@ static void test_svd_right(void)
     svdcache_free(c);
     free(A);
     free(U);
+
+    /* From LA_QR_SPLIT_BLOCKS blocks on the rows are folded in two halves: still la_svd's S and signs, and the same
+     * bits with the halves on two threads as in turn, and however the rows come in pieces */
+    enum { M2 = LA_QR_SPLIT_BLOCKS * LA_QR_ROWS + 777, N2 = 16 };
+    double *B = xmalloc((size_t)M2 * N2 * sizeof *B), *U2 = xmalloc((size_t)M2 * N2 * sizeof *U2);
+    double Sa[N2], Va[N2 * N2], Sb[N2], Vb[N2 * N2], Sc[N2], Vc[N2 * N2], Sn[N2], Vn[N2 * N2];
+    for (size_t i = 0; i < (size_t)M2 * N2; i++) B[i] = 0.1 * lcg();
+    for (size_t k = 0; k < 5; k++) {
+        double a[N2];
+        for (size_t j = 0; j < N2; j++) a[j] = lcg();
+        for (size_t i = 0; i < M2; i++) {
+            double cc = lcg();
+            for (size_t j = 0; j < N2; j++) B[i * N2 + j] += cc * a[j];
+        }
+    }
+    const double *b1[1] = {B}, *b2[2] = {B, B + 9000 * N2};
+    const size_t r1[1] = {M2}, r2[2] = {9000, M2 - 9000};
+    Pool *pool = pool_create(2);
+    int ra = la_svd_right(Sa, Va, b1, r1, 1, N2, NULL), rb = la_svd_right(Sb, Vb, b1, r1, 1, N2, pool);
+    int rcc = la_svd_right(Sc, Vc, b2, r2, 2, N2, pool);
+    pool_free(pool);
+    check(ra == 0 && rb == 0 && rcc == 0 && !memcmp(Sa, Sb, sizeof Sa) && !memcmp(Va, Vb, sizeof Va) &&
+          !memcmp(Sa, Sc, sizeof Sa) && !memcmp(Va, Vc, sizeof Va), "la_svd_right_halves_same_bits_any_pool",
+          "rc %d %d %d; S or Vt differ between no pool, a pool of 2, rows in 2 pieces", ra, rb, rcc);
+    la_svd(U2, Sn, Vn, B, M2, N2);
+    ds = dv = 0;
+    for (size_t k = 0; k < N2; k++) {
+        ds = fmax(ds, fabs(Sa[k] - Sn[k]) / Sn[0]);
+        double dot = 0;
+        for (size_t j = 0; j < N2; j++) dot += Vn[k * N2 + j] * Va[k * N2 + j];
+        if (Sn[k] > 1e-8 * Sn[0]) dv = fmax(dv, fabs(dot - 1));
+    }
+    check(ds <= 1e-13 && dv <= 1e-10, "la_svd_right_halves_as_la_svd", "S %g, vectors and signs %g", ds, dv);
+    free(B);
+    free(U2);
 
     const double P[6] = {1, 2, 3, 4, 5, 6}, Q[6] = {1, 0, -1, 2, 1, 0};   /* (2, 3) @ (2, 3).T */
     double C[4];

@@ -1,5 +1,6 @@
 /* linalg: thin wrappers over OpenBLAS and LAPACKE that reproduce numpy's choices of routine. */
 #include "base/linalg.h"
+#include "base/pool.h"
 #include "base/util.h"
 
 #include <cblas.h>
@@ -168,29 +169,65 @@ static void householder_signs(double *R, const double *const *x, const size_t *r
     free(W);
 }
 
-int la_svd_right(double *S, double *Vt, const double *const *x, const size_t *rows, size_t n, size_t N)
+/* One part of the blocked QR: rows [r0, r1) of the stacked matrix folded into the upper triangle R (N, N,
+ * column-major, zero below). */
+typedef struct QrPart {
+    const double *const *x;
+    const size_t *rows;
+    size_t N, r0, r1;
+    double *R;
+    lapack_int info;
+} QrPart;
+
+static void qr_part(void *arg, size_t p, int tid)
+{
+    (void)tid;
+    QrPart *q = (QrPart *)arg + p;
+    size_t N = q->N, b = N > LA_QR_ROWS ? N : LA_QR_ROWS;   /* rows per block: the first one holds at least N */
+    lapack_int nb = N < 32 ? (lapack_int)N : 32, Ni = (lapack_int)N, info = 0;
+    double *blk = xmalloc(b * N * sizeof *blk);
+    double *T = xmalloc((size_t)nb * N * sizeof *T), *work = xmalloc((size_t)nb * N * sizeof *work);
+    size_t k = 0, t = q->r0;
+    while (t >= q->rows[k]) t -= q->rows[k++];   /* the cursor at row r0 */
+    for (size_t o = q->r0; o < q->r1 && info == 0; o += b) {
+        size_t m = q->r1 - o < b ? q->r1 - o : b;
+        gather_block(blk, m, N, q->x, q->rows, &k, &t);
+        lapack_int mi = (lapack_int)m;
+        if (o == q->r0) {   /* the first block's QR; R = its upper triangle */
+            info = LAPACKE_dgeqrt_work(LAPACK_COL_MAJOR, mi, Ni, nb, blk, mi, T, nb, work);
+            for (size_t j = 0; j < N; j++) memcpy(q->R + j * N, blk + j * m, (j + 1) * sizeof *q->R);
+        } else {        /* QR of [R; block]: R updated in place */
+            info = LAPACKE_dtpqrt_work(LAPACK_COL_MAJOR, mi, Ni, 0, nb, q->R, Ni, blk, mi, T, nb, work);
+        }
+    }
+    free(blk); free(T); free(work);
+    q->info = info;
+}
+
+int la_svd_right(double *S, double *Vt, const double *const *x, const size_t *rows, size_t n, size_t N,
+                 struct Pool *pool)
 {
     size_t M = 0;
     for (size_t k = 0; k < n; k++) M += rows[k];
     if (N == 0 || M < N) return kvc_fail("svd: la_svd_right needs a tall matrix, rows >= columns >= 1 (got %zu x %zu)",
                                          M, N);
-    size_t b = N > LA_QR_ROWS ? N : LA_QR_ROWS;   /* rows per block: the first one holds at least N */
+    size_t b = N > LA_QR_ROWS ? N : LA_QR_ROWS;
     lapack_int nb = N < 32 ? (lapack_int)N : 32, Ni = (lapack_int)N, info = 0;
-    double *blk = xmalloc(b * N * sizeof *blk), *R = xcalloc(N * N, sizeof *R);
-    double *T = xmalloc((size_t)nb * N * sizeof *T), *work = xmalloc((size_t)nb * N * sizeof *work);
-    size_t k = 0, t = 0;
-    for (size_t o = 0; o < M && info == 0; o += b) {
-        size_t m = M - o < b ? M - o : b;
-        gather_block(blk, m, N, x, rows, &k, &t);
-        lapack_int mi = (lapack_int)m;
-        if (o == 0) {   /* the first block's QR; R = its upper triangle */
-            info = LAPACKE_dgeqrt_work(LAPACK_COL_MAJOR, mi, Ni, nb, blk, mi, T, nb, work);
-            for (size_t j = 0; j < N; j++) memcpy(R + j * N, blk + j * m, (j + 1) * sizeof *R);
-        } else {        /* QR of [R; block]: R updated in place */
-            info = LAPACKE_dtpqrt_work(LAPACK_COL_MAJOR, mi, Ni, 0, nb, R, Ni, blk, mi, T, nb, work);
-        }
+    /* two halves, each folded on its own, then the one R of both: fixed by M and N, whatever the pool */
+    int two = M >= LA_QR_SPLIT_BLOCKS * b;
+    size_t half = two ? M / 2 / b * b : M;
+    double *R = xcalloc(N * N, sizeof *R), *R2 = two ? xcalloc(N * N, sizeof *R2) : NULL;
+    QrPart parts[2] = {{x, rows, N, 0, half, R, 0}, {x, rows, N, half, M, R2, 0}};
+    if (two && pool) pool_run(pool, qr_part, parts, 2);
+    else
+        for (size_t p = 0; p < (two ? 2u : 1u); p++) qr_part(parts, p, 0);
+    info = parts[0].info ? parts[0].info : two ? parts[1].info : 0;
+    if (two && info == 0) {   /* QR of [R; R2], R2 upper triangular (dtpqrt's l = N) */
+        double *T = xmalloc((size_t)nb * N * sizeof *T), *work = xmalloc((size_t)nb * N * sizeof *work);
+        info = LAPACKE_dtpqrt_work(LAPACK_COL_MAJOR, Ni, Ni, Ni, nb, R, Ni, R2, Ni, T, nb, work);
+        free(T); free(work);
     }
-    free(blk); free(T); free(work);
+    free(R2);
     if (info == 0) householder_signs(R, x, rows, N);
     if (info != 0) {
         free(R);

@@ -43,9 +43,15 @@ int la_svd(double *U, double *S, double *Vt, const double *A, size_t M, size_t N
  * relative), the signs of the singular vectors included, except for singular values at rounding level, whose
  * vectors are rounding noise either way. The work is in cache-sized blocks, where la_svd's dgesdd runs an unblocked
  * QR over the whole matrix for N <= 128 (one pass over memory per column): about 10x faster at 65536 x 128. The
- * blocks are fixed, so the result depends on the stacked A alone, not on how it is split into x[k]. Returns 0, or
- * -1 with kvc_fail() set when LAPACK reports failure (a NaN in A, for one). */
+ * blocks are fixed, so the result depends on the stacked A alone, not on how it is split into x[k]. From
+ * LA_QR_SPLIT_BLOCKS blocks on, the rows are folded in two halves (the first a whole number of blocks), each into
+ * its own R, and dtpqrt combines the two: the halves run at once on pool's threads when pool is not NULL (it must
+ * not be running anything), in turn otherwise; the result depends on M and N only, never on the pool. Returns 0,
+ * or -1 with kvc_fail() set when LAPACK reports failure (a NaN in A, for one). */
 #define LA_QR_ROWS 1024
-int la_svd_right(double *S, double *Vt, const double *const *x, const size_t *rows, size_t n, size_t N);
+#define LA_QR_SPLIT_BLOCKS 16
+struct Pool;
+int la_svd_right(double *S, double *Vt, const double *const *x, const size_t *rows, size_t n, size_t N,
+                 struct Pool *pool);
 
 #endif

@@ -117,7 +117,7 @@ int stats_compute(Stats *s, const Data *d)
         } else {
             row->v[STATS_SINK] = row->v[STATS_RECENT] = NAN;
         }
-        if (T < D ? la_svd(U, S, Vt, K, T, D) : la_svd_right(S, Vt, &K, &T, 1, D)) rc = -1;
+        if (T < D ? la_svd(U, S, Vt, K, T, D) : la_svd_right(S, Vt, &K, &T, 1, D, NULL)) rc = -1;
         else rank_stats(S, R, &row->v[STATS_ERANK], &row->v[STATS_RANK90]);
     }
     free(Kb), free(mc), free(w), free(S), free(U), free(Vt);

@@ -90,7 +90,7 @@ static void project(double **out, double **coef, const double *basis, size_t r, 
  * coefficients coef[k] (rows[k], r) and reconstruction out[k] (rows[k], D); the basis (r, D) in *basis. cache: the
  * run's decompositions of the data tensors (QR route), or NULL. */
 static int factor(double **out, double **coef, double **basis, size_t *rank, const double *const *x,
-                  const size_t *rows, size_t n, size_t D, const Experiment *ex, SvdCache *cache)
+                  const size_t *rows, size_t n, size_t D, const Experiment *ex, SvdCache *cache, struct Pool *pool)
 {
     size_t M = 0;
     for (size_t k = 0; k < n; k++) M += rows[k];
@@ -98,7 +98,7 @@ static int factor(double **out, double **coef, double **basis, size_t *rank, con
     if (M >= 2 * D && M * D >= LOWRANK_QR_MIN) {   /* the QR route: S and Vt only, shared by the run */
         const double *S, *Vt;
         int owned;
-        if (svdcache_get(cache, x, rows, n, D, &S, &Vt, &owned)) return -1;
+        if (svdcache_get(cache, x, rows, n, D, &S, &Vt, &owned, pool)) return -1;
         size_t r = pick_rank(ex, S, R);
         *rank = r;
         *basis = xmalloc(r * D * sizeof **basis);
@@ -145,7 +145,7 @@ static int lowrank_tensors(Compressed *out, const Experiment *ex, const MethodIn
             rows[k] = in[g * per + k].T;
             M += rows[k];
         }
-        int rc = factor(rec, coef, &basis, &r, x, rows, per, D, ex, in[g * per].svd);
+        int rc = factor(rec, coef, &basis, &r, x, rows, per, D, ex, in[g * per].svd, in[g * per].pool);
         for (size_t k = 0; rc == 0 && k < per; k++) {
             Compressed *c = &out[g * per + k];
             uint64_t b = 2 * (uint64_t)rows[k] * r + method_split_bytes(2 * (uint64_t)r * D, per, k);

@@ -55,7 +55,7 @@ static const Entry *find(const SvdCache *c, const double *const *x, const size_t
 }
 
 int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t n, size_t D, const double **S,
-                 const double **Vt, int *owned)
+                 const double **Vt, int *owned, struct Pool *pool)
 {
     if (c) {
         pthread_mutex_lock(&c->mu);
@@ -69,7 +69,7 @@ int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t
         }
     }
     double *s = xmalloc(D * sizeof *s), *vt = xmalloc(D * D * sizeof *vt);
-    if (la_svd_right(s, vt, x, rows, n, D)) {
+    if (la_svd_right(s, vt, x, rows, n, D, pool)) {
         free(s);
         free(vt);
         return -1;

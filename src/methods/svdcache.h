@@ -22,7 +22,9 @@ void svdcache_free(SvdCache *c);   /* NULL is fine */
 /* S (D,) and Vt (D, D) of the stacked rows of x[0..n) (rows[k] each, sum >= D >= 1): from the cache c, or computed
  * with la_svd_right and kept there (c NULL: computed into fresh arrays the caller owns). With c, *S and *Vt belong
  * to the cache (valid until svdcache_free); *owned says which (1: free them). Returns 0, or -1 with kvc_fail set. */
+struct Pool;
+/* pool: threads la_svd_right may use (NULL: none). */
 int svdcache_get(SvdCache *c, const double *const *x, const size_t *rows, size_t n, size_t D, const double **S,
-                 const double **Vt, int *owned);
+                 const double **Vt, int *owned, struct Pool *pool);
 
 #endif
