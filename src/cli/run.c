@@ -107,6 +107,7 @@ static cJSON *run_provenance(const char *path, char **sets, size_t n_sets, Forma
     cJSON_AddBoolToObject(o, "per_head", per_head);
     cJSON_AddBoolToObject(o, "timing", timing && !per_head);
     cJSON_AddNumberToObject(o, "threads", (double)threads);
+    cJSON_AddNumberToObject(o, "jobs", (double)eval_threads());   /* -j: the rows do not depend on it */
     if (repeat) cJSON_AddNumberToObject(o, "timing_repeat", (double)repeat);
     else cJSON_AddStringToObject(o, "timing_repeat", "budget");   /* rounds within 0.25 s per form (timing.h) */
     cJSON_AddBoolToObject(o, "resume", so->resume);
