@@ -104,15 +104,28 @@ static int same(const double *a, const double *b, size_t n)
     return memcmp(a, b, n * sizeof *a) == 0;
 }
 
-static void stream_case(const char *name, const char *json)
+/* threads: synth_set_threads for the streamed data and a second whole copy (the first whole copy: 1) */
+static void stream_case(const char *name, const char *json, int threads)
 {
     Config cfg;
     if (config_parse(&cfg, name, json, strlen(json), NULL, 0)) {
         check(0, name, "config_parse: %s", kvc_errmsg());
         return;
     }
-    Data w, s;
-    int rw = synth_data(&w, &cfg), rs = synth_data_stream(&s, &cfg);
+    Data w, s, w2;
+    synth_set_threads(1);
+    int rw = synth_data(&w, &cfg);
+    synth_set_threads(threads);
+    int rs = synth_data_stream(&s, &cfg), rw2 = synth_data(&w2, &cfg);
+    synth_set_threads(1);
+    if (rw2 == 0) {   /* layers made again from recorded pieces on threads: the same numbers */
+        size_t n = w.L * w.H * w.T * w.D;
+        char cname[128];
+        snprintf(cname, sizeof cname, "%s_whole_same_%s", name, threads > 1 ? "on_threads" : "again");
+        check(rw == 0 && same(w.K, w2.K, n) && same(w.V, w2.V, n) && same(w.Q, w2.Q, w.L * w.Hq * w.N * w.D), cname,
+              "whole data differs");
+        data_free(&w2);
+    }
     if (rw || rs) {
         check(0, name, "synth: %d %d %s", rw, rs, kvc_errmsg());
         if (!rw) data_free(&w);
@@ -156,7 +169,7 @@ int main(void)
                 " \"heavy_hitters\": {\"count\": 4, \"share\": 0.2, \"spread\": 1.0},"
                 " \"query\": {\"generator\": \"look_back\", \"count\": 3, \"weight\": 0.5, \"noise\": 0.5,"
                 " \"head_correlation\": 0.5, \"bias\": 1.0}, \"observe\": {\"window\": 5, \"weight\": 0.5, \"noise\": 0.5}},"
-                " \"experiments\": [{\"method\": \"none\"}]}");
+                " \"experiments\": [{\"method\": \"none\"}]}", 1);
     stream_case("stream_normal_rope_pre",
                 "{\"seed\": 11, \"data\": {\"layers\": 4, \"kv_heads\": 2, \"q_heads\": 6, \"tokens\": 64, \"head_dim\": 8,"
                 " \"keys\": {\"generator\": \"normal\"}, \"values\": {\"generator\": \"normal\"},"
@@ -165,9 +178,17 @@ int main(void)
                 " \"heavy_hitters\": {\"count\": 3, \"share\": 0.3},"
                 " \"query\": {\"generator\": \"key_gaussian\", \"count\": 2, \"noise\": 0.2, \"head_correlation\": 1.0},"
                 " \"observe\": {\"window\": 4, \"generator\": \"key_gaussian\", \"noise\": 0.3}},"
-                " \"experiments\": [{\"method\": \"none\"}]}");
+                " \"experiments\": [{\"method\": \"none\"}]}", 2);
     stream_case("stream_keys_only",
                 "{\"seed\": 3, \"data\": {\"layers\": 2, \"kv_heads\": 3, \"tokens\": 40, \"head_dim\": 8,"
-                " \"keys\": {\"generator\": \"lowrank\", \"rank\": 2}}, \"experiments\": [{\"method\": \"quantize\", \"bits\": 4, \"apply_to\": \"k\"}]}");
+                " \"keys\": {\"generator\": \"lowrank\", \"rank\": 2}}, \"experiments\": [{\"method\": \"quantize\", \"bits\": 4, \"apply_to\": \"k\"}]}", 1);
+    /* parts of 2^17 draws: made again in 8 pieces, here on 3 threads */
+    stream_case("stream_pieces_on_threads",
+                "{\"seed\": 7, \"data\": {\"layers\": 3, \"kv_heads\": 4, \"q_heads\": 8, \"tokens\": 512, \"head_dim\": 64,"
+                " \"keys\": {\"generator\": \"lowrank\", \"rank\": 4, \"scale\": 0.3, \"noise\": 0.1,"
+                " \"outlier_channels\": {\"count\": 2, \"scale\": [5, 20]}}, \"values\": {\"generator\": \"normal\"},"
+                " \"head_correlation\": {\"rho\": 0.4, \"group\": 2}, \"rope\": {\"base\": 10000, \"dims\": 64, \"cache\": \"post\"},"
+                " \"query\": {\"generator\": \"look_back\", \"count\": 2, \"weight\": 0.5, \"noise\": 0.5}},"
+                " \"experiments\": [{\"method\": \"none\"}]}", 3);
     return check_failures ? 1 : 0;
 }

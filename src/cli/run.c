@@ -254,6 +254,7 @@ int cmd_run(int argc, char **argv)
     Data d;
     sweep_phase(sw, "making data");
     xalloc_context("%s: making the data", path);
+    synth_set_threads(eval_threads());
     if (data_make_run(&d, &cfg)) {
         sweep_close(sw, 0);
         config_free(&cfg);

@@ -6,6 +6,7 @@
 #include "data/synth.h"
 #include "data/model_source.h"
 #include "base/linalg.h"
+#include "base/pool.h"
 #include "base/rng.h"
 #include "base/util.h"
 
@@ -26,18 +27,26 @@ typedef struct Gen {
     int record;
     size_t L, l;    /* layers; the layer made (0 in the record pass) */
     size_t k;       /* the next block */
-    rng *states;    /* (nblocks, L): the state at the start of layer l's part of block k */
+    rng *states;    /* (nblocks, L, GEN_PIECES): the state at the start of each piece of layer l's part of block k */
     size_t nblocks, cap;
+    Pool *pool;     /* replay: pieces on these threads (NULL: in turn) */
 } Gen;
 
-/* The state of layer l's part of the next block (a new block in the record pass). */
+/* A layer's part of a block of at least GEN_PIECE_MIN draws is made in GEN_PIECES pieces, the state at each
+ * piece's start recorded, so that a replay makes the pieces at once on threads. The pieces depend on the part's
+ * size only: the numbers are the same whether made in one go, in pieces, in turn or at once. */
+enum { GEN_PIECES = 8, GEN_PIECE_MIN = 65536 };
+
+static size_t gen_pieces(size_t c) { return c >= GEN_PIECE_MIN ? GEN_PIECES : 1; }
+
+/* The states of layer l's part of the next block (a new block in the record pass). */
 static rng *gen_block(Gen *g)
 {
     if (g->record) {
         if (g->nblocks == g->cap) {
             size_t cap = g->cap ? 2 * g->cap : 16;
-            rng *st = xmalloc(cap * g->L * sizeof *st);
-            if (g->nblocks) memcpy(st, g->states, g->nblocks * g->L * sizeof *st);
+            rng *st = xmalloc(cap * g->L * GEN_PIECES * sizeof *st);
+            if (g->nblocks) memcpy(st, g->states, g->nblocks * g->L * GEN_PIECES * sizeof *st);
             free(g->states);
             g->states = st;
             g->cap = cap;
@@ -45,32 +54,55 @@ static rng *gen_block(Gen *g)
         g->nblocks++;
     }
     assert(g->k < g->nblocks);
-    return &g->states[g->k++ * g->L + g->l];
+    return &g->states[(g->k++ * g->L + g->l) * GEN_PIECES];
+}
+
+static void draw(rng *r, double *x, size_t n, int gauss)
+{
+    if (gauss) rng_normal_fill(r, x, n);
+    else
+        for (size_t i = 0; i < n; i++) x[i] = rng_next_double(r);
+}
+
+typedef struct Pieces {
+    const rng *s;
+    double *x;
+    size_t c, P;
+    int gauss;
+} Pieces;
+
+static void piece(void *arg, size_t p, int tid)
+{
+    (void)tid;
+    const Pieces *w = arg;
+    size_t a = w->c * p / w->P, b = w->c * (p + 1) / w->P;
+    rng r = w->s[p];
+    draw(&r, w->x + a, b - a, w->gauss);
 }
 
 /* Layer g->l's part of the next block: c draws of next(). The record pass draws the whole block. */
 static void gen_fill(Gen *g, double *x, size_t c, int gauss)
 {
     rng *s = gen_block(g);
+    size_t P = gen_pieces(c);
     if (!g->record) {
-        rng r = *s;
-        if (gauss) rng_normal_fill(&r, x, c);
+        Pieces w = {s, x, c, P, gauss};
+        if (g->pool && P > 1) pool_run(g->pool, piece, &w, P);
         else
-            for (size_t i = 0; i < c; i++) x[i] = rng_next_double(&r);
+            for (size_t p = 0; p < P; p++) piece(&w, p, 0);
         return;
     }
     double skip[1024];
-    for (size_t l = 0; l < g->L; l++) {
-        s[l] = g->r;
-        for (size_t i = 0; i < c;) {
-            size_t n = l == 0 ? c : (c - i < 1024 ? c - i : 1024);
-            double *out = l == 0 ? x : skip;
-            if (gauss) rng_normal_fill(&g->r, out, n);
-            else
-                for (size_t j = 0; j < n; j++) out[j] = rng_next_double(&g->r);
-            i += n;
+    for (size_t l = 0; l < g->L; l++)
+        for (size_t p = 0; p < P; p++) {
+            size_t a = c * p / P, b = c * (p + 1) / P;
+            s[l * GEN_PIECES + p] = g->r;
+            for (size_t i = a; i < b;) {
+                size_t n = l == 0 ? b - a : (b - i < 1024 ? b - i : 1024);
+                draw(&g->r, l == 0 ? x + a : skip, n, gauss);
+                i += n;
+            }
         }
-    }
 }
 
 static double *normal(Gen *g, size_t c)
@@ -538,6 +570,10 @@ typedef struct DataStream {
     double *med;     /* (L, H) outlier channels: median |K| of each head, kept from the first making */
 } DataStream;
 
+static int synth_threads = 1;
+
+void synth_set_threads(int n) { synth_threads = n > 1 ? n : 1; }
+
 int synth_stream_wanted(const Config *cfg)
 {
     if (cfg->from_files || cfg->from_model) return 0;
@@ -583,6 +619,7 @@ static int make_data(Data *d, const Config *cfg, int stream)
     /* the record pass makes layer 0 while it draws every block; then every other layer from the recorded states */
     g->L = L;
     g->record = 1;
+    if (L > 1 && synth_threads > 1) g->pool = pool_create(synth_threads);   /* NULL (no thread): in turn */
     Check c = {0};
     for (size_t l = 0; l < L; l++) {
         LayerOut o;
@@ -610,6 +647,7 @@ static int make_data(Data *d, const Config *cfg, int stream)
         d->stream = st;
     } else {
         rope_free(&st->rope);
+        pool_free(g->pool);
         free(g->states);
         free(st->med);
         free(st);
@@ -709,6 +747,7 @@ void data_free(Data *d)
     rope_free(&d->rope);
     if (d->stream) {
         rope_free(&d->stream->rope);
+        pool_free(d->stream->gen.pool);
         free(d->stream->gen.states);
         free(d->stream->med);
         free(d->stream);

@@ -43,6 +43,10 @@ int synth_data(Data *d, const Config *cfg);
 /* The same data, streamed (above): cfg must outlive d. Every layer is made once here (data_check, Q, O, the
  * outlier mask), then again by each data_layer. Returns as synth_data. */
 int synth_data_stream(Data *d, const Config *cfg);
+/* Threads that data with more than one layer may make its layers' parts on once they are recorded (kvc run -j): a
+ * part of at least 65536 draws is recorded in 8 pieces and made again from them at once. The numbers do not depend
+ * on it. Default 1. */
+void synth_set_threads(int n);
 /* 1 when kvc run should stream cfg's data: synthetic, more than one layer, and more than SYNTH_STREAM_NUMBERS
  * numbers per tensor; the environment variable KVC_DATA_STREAM=1 (always) or 0 (never) overrides the size rule
  * (the tests compare both). */
