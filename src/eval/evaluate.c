@@ -32,30 +32,52 @@ int column_is_integer(Column c)
     return c == COL_BYTES || c == COL_BASELINE_BYTES || c == COL_DECODE_NS || c == COL_DECODE_NS_MAD;
 }
 
-/* The reference of layer l: out (Hq, N, D), w and s (Hq, N, T), wsum (H, T, zeroed), and, when d->K is pre-RoPE,
- * Katt (H, T, D), the keys attention reads (else NULL: dl->K). */
-static void reference_layer(double *out, double *w, double *s, double *wsum, double *Katt, const Data *d, size_t l,
-                            const DataLayer *dl)
+/* The reference's work on one layer (reference_layer). */
+typedef struct RefWork {
+    double *out, *w, *s, *wsum, *Katt;
+    const Data *d;
+    size_t l;
+    const DataLayer *dl;
+} RefWork;
+
+/* KV head h of the layer: its rotated keys, then its G query heads' queries in order (wsum: their sum in order) */
+static void reference_head(void *arg, size_t h, int tid)
 {
+    (void)tid;
+    const RefWork *r = arg;
+    const Data *d = r->d;
     size_t H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D;
-    if (Katt) {
-        memcpy(Katt, dl->K, H * m * sizeof *Katt);
-        for (size_t h = 0; h < H; h++) rope_apply(&d->rope, Katt + h * m, NULL, T, 0);
+    if (r->Katt) {
+        memcpy(r->Katt + h * m, r->dl->K + h * m, m * sizeof *r->Katt);
+        rope_apply(&d->rope, r->Katt + h * m, NULL, T, 0);
     }
     if (!d->Q || N == 0) return;
-    const double *Ka = Katt ? Katt : dl->K;
-    const double *Q = d->Q + l * Hq * N * D;
-    for (size_t i = 0; i < Hq * N; i++) {
-        size_t h = (i / N) / G;
-        attn_forward_scores(out + i * D, w + i * T, s + i * T, Q + i * D, Ka + h * m, dl->V ? dl->V + h * m : NULL,
-                            T, D);
-        double *ws = wsum + h * T;
-        for (size_t t = 0; t < T; t++) ws[t] = ws[t] + w[i * T + t];
+    const double *Ka = r->Katt ? r->Katt : r->dl->K;
+    const double *Q = d->Q + r->l * Hq * N * D;
+    for (size_t i = h * G * N; i < (h + 1) * G * N; i++) {
+        attn_forward_scores(r->out + i * D, r->w + i * T, r->s + i * T, Q + i * D, Ka + h * m,
+                            r->dl->V ? r->dl->V + h * m : NULL, T, D);
+        double *ws = r->wsum + h * T;
+        for (size_t t = 0; t < T; t++) ws[t] = ws[t] + r->w[i * T + t];
     }
+}
+
+/* The exact attention of layer l's evaluation queries over its data dl: out (Hq, N, D), w and s (Hq, N, T), wsum
+ * (H, T) per KV head the sum of w over its G query heads, then queries (zeroed by the caller); with RoPE-cached-pre
+ * Katt (H, T, D), the keys attention reads (else NULL: dl->K). KV heads at once on pool (NULL: in turn). */
+static void reference_layer(double *out, double *w, double *s, double *wsum, double *Katt, const Data *d, size_t l,
+                            const DataLayer *dl, Pool *pool)
+{
+    RefWork r = {out, w, s, wsum, Katt, d, l, dl};
+    if (pool && d->H > 1) pool_run(pool, reference_head, &r, d->H);
+    else
+        for (size_t h = 0; h < d->H; h++) reference_head(&r, h, 0);
 }
 
 void eval_reference(Reference *ref, const Data *d)
 {
+    int nthreads = eval_threads();
+    Pool *pool = nthreads > 1 && d->H > 1 && !d->stream ? pool_create(nthreads) : NULL;
     memset(ref, 0, sizeof *ref);
     ref->svd = svdcache_new();
     size_t L = d->L, H = d->H, Hq = d->Hq, T = d->T, D = d->D, N = d->N, m = T * D;
@@ -75,9 +97,10 @@ void eval_reference(Reference *ref, const Data *d)
         size_t q0 = l * Hq * N;
         reference_layer(queries ? ref->out + q0 * D : NULL, queries ? ref->w + q0 * T : NULL,
                         queries ? ref->s + q0 * T : NULL, queries ? ref->wsum + l * H * T : NULL,
-                        ref->Katt ? ref->Katt + l * H * m : NULL, d, l, &dl);
+                        ref->Katt ? ref->Katt + l * H * m : NULL, d, l, &dl, pool);
         data_layer_free(&dl);
     }
+    pool_free(pool);
 }
 
 /* One layer's view of the reference: pointers into ref, or (streamed data) made now and owned. */
@@ -86,7 +109,7 @@ typedef struct RefLayer {
     double *own[5];
 } RefLayer;
 
-static void ref_layer(RefLayer *rl, const Reference *ref, const Data *d, size_t l, const DataLayer *dl)
+static void ref_layer(RefLayer *rl, const Reference *ref, const Data *d, size_t l, const DataLayer *dl, Pool *pool)
 {
     memset(rl, 0, sizeof *rl);
     size_t H = d->H, Hq = d->Hq, T = d->T, D = d->D, N = d->N, m = T * D, q0 = l * Hq * N;
@@ -108,7 +131,7 @@ static void ref_layer(RefLayer *rl, const Reference *ref, const Data *d, size_t 
         rl->wsum = rl->own[3] = xcalloc(H * T, sizeof *rl->own[3]);
     }
     if (d->rope.dims > 0) rl->Katt = rl->own[4] = xmalloc(H * m * sizeof *rl->own[4]);
-    reference_layer(rl->own[0], rl->own[1], rl->own[2], rl->own[3], rl->own[4], d, l, dl);
+    reference_layer(rl->own[0], rl->own[1], rl->own[2], rl->own[3], rl->own[4], d, l, dl, pool);
 }
 
 static void ref_layer_free(RefLayer *rl)
@@ -648,7 +671,7 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
     for (size_t l = 0; l < L && live > 0; l++) {
         y.l = l;
         data_layer(&y.dl, d, l);
-        ref_layer(&y.rl, ref, d, l, &y.dl);
+        ref_layer(&y.rl, ref, d, l, &y.dl, pool);
         /* streamed data is made again at new addresses: its decompositions are the layer's */
         SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
         for (size_t h = 0; h < H; h++) {
