@@ -6,6 +6,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -133,12 +134,14 @@ __attribute__((target("avx2,fma"))) static double groups_avx2(double *acc, const
 static double groups(double *acc, const double *c, const double *x, double *dst, size_t ng, int *bad)
 {
 #ifdef NORMACC_X86
-    static int have = -1;   /* benign race: every thread computes the same value */
-    if (have < 0) {
+    static atomic_int have = -1;   /* every thread that finds -1 computes the same value */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
         unsigned f = decode_cpu_features();
-        have = (f & DECODE_CPU_AVX2) && (f & DECODE_CPU_FMA);
+        h = (f & DECODE_CPU_AVX2) && (f & DECODE_CPU_FMA);
+        atomic_store_explicit(&have, h, memory_order_relaxed);
     }
-    if (have) return groups_avx2(acc, c, x, dst, ng, bad);
+    if (h) return groups_avx2(acc, c, x, dst, ng, bad);
 #endif
     return groups_ref(acc, c, x, dst, ng, bad);
 }
