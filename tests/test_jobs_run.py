@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,19 @@ def main():
                "experiments.1" in r1[2] and "KV head 0" in r1[2] and want in r1[2] and
                ("layer 1," in r1[2]) == (name == "values") else
                "-j 1 gave %r; same for -j 2, 4: %s" % (r1, same))
+    # under a finite ulimit -v the evaluation runs on one thread (OpenBLAS's buffer per computing thread): a note,
+    # the same rows
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    p1 = subprocess.run([KVC, "run", "configs/lesson.json", "--format", "csv", "--no-timing", "-j", "1"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    p2 = subprocess.run([KVC, "run", "configs/lesson.json", "--format", "csv", "--no-timing", "-j", "2"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, preexec_fn=limited)
+    err = p2.stderr.decode()
+    report("jobs-one-thread-under-ulimit", None if p1.returncode == 0 and p2.returncode == 0 and
+           p1.stdout == p2.stdout and "kvc: note: -j 2: the evaluation runs on one thread under a finite ulimit" in err
+           else "exit %d/%d, same rows %s, stderr %r" % (p1.returncode, p2.returncode, p1.stdout == p2.stdout,
+                                                        err[-300:]))
     for bad in ("0", "65", "x", "1.5", ""):
         p = subprocess.run([KVC, "run", "configs/lesson.json", "-j", bad], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=60)

@@ -54,9 +54,10 @@ const char cmd_run_usage[] =
     "                    label; tab-separated) and compute nothing\n"
     "  -q, --quiet       no progress line (on stderr when it is a terminal and the run takes more\n"
     "                    than a second: elapsed time, phase, row k/N, ETA) and no notes\n"
-    "  -j, --jobs N      threads for the evaluation, 1..64 (default: the CPUs online): a layer's KV\n"
-    "                    heads run their method and attention on them, the keys' and values' error\n"
-    "                    norms are summed on two; every row is the same for any N\n"
+    "  -j, --jobs N      threads for the evaluation, 1..64 (default: the CPUs online; 1 under a finite\n"
+    "                    ulimit -v or -d): a layer's KV heads run their method and attention on them,\n"
+    "                    the keys' and values' error norms are summed on two; every row is the same\n"
+    "                    for any N\n"
     "  --no-timing       leave decode_ns, decode_speedup and decode_ns_mad empty (the only columns\n"
     "                    that differ between two runs of one config; the table then omits them)\n"
     "  --threads N       threads of the timed decode steps, 1..1024 (default 1)\n"
@@ -150,6 +151,7 @@ int cmd_run(int argc, char **argv)
     int rc = EXIT_USAGE, per_head = 0, timing = 1;
     const char *timing_opt = NULL;   /* --threads or --timing-repeat, when given */
     size_t threads = 1, repeat = 0;   /* repeat 0: rounds within the time budget (timing.h) */
+    size_t jobs_given = 0;            /* -j */
     OptParser p;
     opt_init(&p, "run", argc, argv, cmd_run_opts);
     for (int k; (k = opt_next(&p)) != OPT_END;) {
@@ -180,12 +182,10 @@ int cmd_run(int argc, char **argv)
             if (opt_size(v, p.where, 1, 1024, &threads)) goto usage;
             timing_opt = "--threads";
             break;
-        case RUN_JOBS: {
-            size_t jobs;
-            if (opt_size(v, p.where, 1, 64, &jobs)) goto usage;
-            eval_set_threads((int)jobs);
+        case RUN_JOBS:
+            if (opt_size(v, p.where, 1, 64, &jobs_given)) goto usage;
+            eval_set_threads((int)jobs_given);
             break;
-        }
         case RUN_TIMING_REPEAT:
             if (opt_size(v, p.where, 1, 100000, &repeat)) goto usage;
             timing_opt = "--timing-repeat";
@@ -232,6 +232,9 @@ int cmd_run(int argc, char **argv)
         goto usage;
     }
     if (cfg.notes && !so.quiet) fputs(cfg.notes, stderr);
+    if (jobs_given > 1 && eval_threads() == 1 && !so.quiet)
+        fprintf(stderr, "kvc: note: -j %zu: the evaluation runs on one thread under a finite ulimit -v or -d (OpenBLAS "
+                        "would map a 128 MiB buffer for each thread that computes)\n", jobs_given);
     /* which rows run (--shard; --list prints them) is chosen before any data exists: sweep.h */
     SweepInput si = {&cfg, path, fmt, fmt_given, per_head};
     Sweep *sw = sweep_open(&so, &si);

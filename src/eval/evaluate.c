@@ -7,6 +7,7 @@
 #include "eval/evaluate.h"
 #include "base/attention.h"
 #include "base/linalg.h"
+#include "base/memlimit.h"
 #include "base/util.h"
 #include "methods/svdcache.h"
 #include "data/model_source.h"
@@ -731,6 +732,7 @@ void eval_set_threads(int n) { threads_wanted = n > 0 ? n : 0; }
 
 int eval_threads(void)
 {
+    if (memlimit_limited()) return 1;   /* OpenBLAS would map a buffer per computing thread (base/memlimit.h) */
     if (threads_wanted > 0) return threads_wanted;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;

@@ -57,7 +57,8 @@ int eval_experiments(Row *const *rows, const Experiment *const *exs, size_t n, i
 
 /* Threads for the evaluation (kvc run -j): each layer's KV heads run their method and attention on them, and the
  * keys' and values' error norms are summed on two of them, each over the heads in order; the rows are the same
- * bytes for any count. n <= 0: the CPUs online (the default), at most 64. eval_threads: the count in force. */
+ * bytes for any count. n <= 0: the CPUs online (the default), at most 64. eval_threads: the count in force, 1 under
+ * a finite ulimit -v or -d (each thread that computes would need its own OpenBLAS buffer, base/memlimit.h). */
 void eval_set_threads(int n);
 int eval_threads(void);
 
