@@ -20,6 +20,7 @@
  * c_t . q'); with joint each head's tensor holds a copy of the layer's basis.
  */
 #include "methods/methods.h"
+#include "base/pool.h"
 #include "methods/svdcache.h"
 #include "base/linalg.h"
 #include "base/util.h"
@@ -74,15 +75,38 @@ static size_t pick_rank(const Experiment *ex, const double *S, size_t R)
  * dgesdd itself starts with a QR from 11/6 rows per column on, so the singular vectors' signs can follow it). */
 #define LOWRANK_QR_MIN ((size_t)1 << 20)
 
-/* Per tensor its coefficients coef[k] = x[k] @ basis.T (rows[k], r) and reconstruction out[k] = coef[k] @ basis. */
+/* Rows [a, b) of one tensor's projection (project). */
+typedef struct ProjPart {
+    double *out, *coef;
+    const double *basis, *x;
+    size_t r, D, a, b;
+} ProjPart;
+
+static void proj_part(void *arg, size_t p, int tid)
+{
+    (void)tid;
+    const ProjPart *q = (const ProjPart *)arg + p;
+    size_t m = q->b - q->a;
+    la_matmul_bt(q->coef + q->a * q->r, q->x + q->a * q->D, q->basis, m, q->D, q->r);
+    la_matmul(q->out + q->a * q->D, q->coef + q->a * q->r, q->basis, m, q->r, q->D);
+}
+
+/* Per tensor its coefficients coef[k] = x[k] @ basis.T (rows[k], r) and reconstruction out[k] = coef[k] @ basis. A
+ * tensor of at least 2 LA_QR_ROWS rows is done in two halves (the first a whole number of LA_QR_ROWS rows: fixed
+ * by the size), at once on pool's threads when there is one. */
 static void project(double **out, double **coef, const double *basis, size_t r, const double *const *x,
-                    const size_t *rows, size_t n, size_t D)
+                    const size_t *rows, size_t n, size_t D, Pool *pool)
 {
     for (size_t k = 0; k < n; k++) {
         coef[k] = xmalloc(rows[k] * r * sizeof *coef[k]);
-        la_matmul_bt(coef[k], x[k], basis, rows[k], D, r);
         out[k] = xmalloc(rows[k] * D * sizeof *out[k]);
-        la_matmul(out[k], coef[k], basis, rows[k], r, D);
+        size_t half = rows[k] >= 2 * LA_QR_ROWS ? rows[k] / 2 / LA_QR_ROWS * LA_QR_ROWS : rows[k];
+        ProjPart parts[2] = {{out[k], coef[k], basis, x[k], r, D, 0, half},
+                             {out[k], coef[k], basis, x[k], r, D, half, rows[k]}};
+        size_t np = half < rows[k] ? 2 : 1;
+        if (pool && np == 2) pool_run(pool, proj_part, parts, 2);
+        else
+            for (size_t p = 0; p < np; p++) proj_part(parts, p, 0);
     }
 }
 
@@ -103,7 +127,7 @@ static int factor(double **out, double **coef, double **basis, size_t *rank, con
         *rank = r;
         *basis = xmalloc(r * D * sizeof **basis);
         memcpy(*basis, Vt, r * D * sizeof **basis);   /* Vt[:r] is its first r rows */
-        project(out, coef, *basis, r, x, rows, n, D);
+        project(out, coef, *basis, r, x, rows, n, D, pool);
         if (owned) {
             free((double *)S);
             free((double *)Vt);
