@@ -696,6 +696,59 @@ static void intn_code_values(uint8_t *out, const double *x, size_t n, double sc,
     }
 }
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <immintrin.h>
+#include <stdatomic.h>
+/* cpuid's AVX2 and the OS's saved YMM state (KVC_ISA=scalar keeps the SSE2 loop), checked once */
+static int intn_have_avx2(void)
+{
+    static atomic_int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        const char *isa = getenv("KVC_ISA");
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx2") && !(isa && strcmp(isa, "scalar") == 0);
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
+/* intn_code_values four lanes at a time with AVX2 (the same operations per lane as its SSE2 loop, so the same
+ * codes); the last n mod 4 through intn_code_values. */
+__attribute__((target("avx2"))) static void intn_code_values_avx2(uint8_t *out, const double *x, size_t n, double sc,
+                                                                 double mn, double lo, double levels, int off)
+{
+    size_t j = 0;
+    const __m256d vsc = _mm256_set1_pd(sc), vmn = _mm256_set1_pd(mn), vlo = _mm256_set1_pd(lo);
+    const __m256d vhi = _mm256_set1_pd(levels), big = _mm256_set1_pd(0x1p52), sign = _mm256_set1_pd(-0.0);
+    const __m256d rcp = _mm256_set1_pd(1.0 / sc), half = _mm256_set1_pd(0.5), near = _mm256_set1_pd(1e-9);
+    const __m256d safe = _mm256_set1_pd(0x1p20);
+    const __m128i voff = _mm_set1_epi32(off), low = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                   -1, -1);
+    for (; j + 4 <= n; j += 4) {
+        __m256d d = _mm256_sub_pd(_mm256_loadu_pd(x + j), vmn);
+        __m256d y = _mm256_mul_pd(d, rcp);
+        __m256d a = _mm256_andnot_pd(sign, y);
+        __m256d r = _mm256_sub_pd(_mm256_add_pd(a, big), big);                /* rint(|y|), |y| < 2^20 here */
+        __m256d frac = _mm256_andnot_pd(sign, _mm256_sub_pd(_mm256_andnot_pd(sign, _mm256_sub_pd(a, r)), half));
+        __m256d sure = _mm256_and_pd(_mm256_cmp_pd(a, safe, _CMP_LT_OQ), _mm256_cmp_pd(frac, near, _CMP_GE_OQ));
+        if (_mm256_movemask_pd(sure) != 15) {   /* a near-tie, a large or a non-finite value: divide */
+            y = _mm256_div_pd(d, vsc);
+            a = _mm256_andnot_pd(sign, y);
+            r = _mm256_sub_pd(_mm256_add_pd(a, big), big);
+            __m256d small = _mm256_cmp_pd(a, big, _CMP_LT_OQ);
+            r = _mm256_or_pd(_mm256_and_pd(small, r), _mm256_andnot_pd(small, a));
+        }
+        __m256d q = _mm256_or_pd(r, _mm256_and_pd(sign, y));                  /* copysign(rint|y|, y) */
+        q = _mm256_min_pd(_mm256_max_pd(q, vlo), vhi);                        /* NaN lanes: masked below */
+        q = _mm256_and_pd(q, _mm256_cmp_pd(y, y, _CMP_ORD_Q));
+        __m128i c = _mm_add_epi32(_mm256_cvttpd_epi32(q), voff);
+        uint32_t four = (uint32_t)_mm_cvtsi128_si32(_mm_shuffle_epi8(c, low));
+        memcpy(out + j, &four, 4);
+    }
+    if (j < n) intn_code_values(out + j, x + j, n - j, sc, mn, lo, levels, off);
+}
+#endif
+
 /* Codes of x[0..n) with one scale and min, ORed into the stream from bit `bit0` (b bits each). */
 static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t n, double sc, double mn, int asym,
                            int b)
@@ -709,7 +762,11 @@ static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t 
     uint8_t q[256];
     for (size_t j0 = 0; j0 < n; j0 += sizeof q) {
         size_t m = n - j0 < sizeof q ? n - j0 : sizeof q;
-        intn_code_values(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
+#if defined(__x86_64__) && defined(__SSE2__)
+        if (intn_have_avx2()) intn_code_values_avx2(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
+        else
+#endif
+            intn_code_values(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
         size_t o = bit0 + j0 * (size_t)b;
         if (b == 8)
             for (size_t j = 0; j < m; j++) codes[o / 8 + j] |= q[j];
