@@ -45,7 +45,7 @@
 enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
 /* The formats of this file; F_KIVI: 4-bit grouped intN codes (KIVI's), read as int4's bytes (values 0..15 on the
  * key side, n - 7.5 on the value side). */
-enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI };
+enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3 };
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -71,7 +71,7 @@ INLINE __m512 lut_half(void)
 
 INLINE size_t unit_bytes(const int F)
 {
-    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
+    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 || F == F_E4M3 ? 32
          : F == F_Q8_0 ? sizeof(StoreBlockQ8_0) : 64;
 }
 INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
@@ -89,6 +89,13 @@ INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
     } else if (F == F_INT8 || F == F_Q8_0) {
         x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
         x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + 16))));
+    } else if (F == F_E4M3) {
+        /* the AVX2 set's reading (1/256 of the value, exact): the sign-extended byte << 7 puts exponent and
+         * mantissa in FP16 position and the sign in bits 14 and 15; bit 14 cleared (0xBFFF is -16385) */
+        __m512i w = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)c)), 7);
+        w = _mm512_and_si512(w, _mm512_set1_epi16(-16385));
+        x[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+        x[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
     } else {
         x[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)c));
         x[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + 32)));
@@ -596,6 +603,7 @@ DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
 DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
 DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
+DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
@@ -635,6 +643,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.vacc[STORE_INT8] = vacc_int8;
         kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
         kernels_avx512.vacc[STORE_F16] = vacc_f16;
+        kernels_avx512.scores[STORE_E4M3] = scores_e4m3;   /* read as the AVX2 set does: its raw_scale (256) */
+        kernels_avx512.vacc[STORE_E4M3] = vacc_e4m3;
         kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
         kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
