@@ -555,6 +555,59 @@ static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, cons
     HEAD_GROUPS(G, h, kivi_val_heads(GC, acc + h * W, p + h * lp, lp, v, t0, n));
 }
 
+/* ---- softmax pieces ---------------------------------------------------------------------------------------- */
+
+static float max_avx512(const float *s, size_t n)
+{
+    __m512 v = _mm512_set1_ps(s[0]);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) v = _mm512_max_ps(v, _mm512_loadu_ps(s + i));
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        v = _mm512_mask_max_ps(v, mk, v, _mm512_maskz_loadu_ps(mk, s + i));
+    }
+    return _mm512_reduce_max_ps(v);
+}
+
+/* The AVX2 set's exp (kernels_avx2.c: Cephes expf for x <= 0, the same operations lane by lane, so the same
+ * values), 16 lanes; the tail through masks (the AVX2 set's tail calls expf). */
+INLINE __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+static float exp_sum_avx512(float *s, size_t n, float m)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+        _mm512_storeu_ps(s + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + i), vm));
+        _mm512_mask_storeu_ps(s + i, mk, e);
+        acc = _mm512_mask_add_ps(acc, mk, acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 /* ---- the slots -------------------------------------------------------------------------------------------- */
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
@@ -658,6 +711,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
         kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
+        kernels_avx512.max = max_avx512;
+        kernels_avx512.exp_sum = exp_sum_avx512;
         ready = 1;
     }
     return &kernels_avx512;
