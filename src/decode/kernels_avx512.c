@@ -17,7 +17,8 @@
  * AVX2 kernels, in the AVX2 order (col_order decides by W). KIVI's slots read natural order at the interface.
  *
  * Keys: tiles of 16 rows; query heads in groups of GC = 8, 4, 2, 1 (HEAD_GROUPS), each unit of codes converted
- * once for the group; rows in fours (GC = 8: pairs), each query vector loaded once for them (measured: 5-12 % faster keys than pairs at 2 and 4 heads); one float32
+ * once for the group; rows in fours (GC = 8: pairs), each query vector loaded once for them (fours measured 5-12 %
+ * faster than pairs at 2 and 4 heads: the loads, not only the FMAs, bound these loops); one float32
  * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
  * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
