@@ -146,7 +146,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
                      const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nu = W / 32, rb = k->row_bytes, UB = unit_bytes(F);
-    const int R = GC <= 4 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;   /* rows per round: each query vector loaded once for them */
+    const int R = GC <= 4 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;   /* R rows per round */
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     __m512 buf[KT * 8];   /* buf[r * GC + g]: the accumulator of row r, head g */
     const uint8_t *base = k->codes + t * rb;
