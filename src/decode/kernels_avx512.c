@@ -22,7 +22,7 @@
  * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
  * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
- * (key_tile_t), no horizontal sums.
+ * (key_tile_t), no horizontal sums, two tiles (32 rows) per broadcast query element (the loads bound them too).
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
@@ -229,50 +229,73 @@ INLINE size_t tpos_col(size_t p)
  * per byte column its low and high nibbles as 16 rows each (table lookups), one FMA per head with the query
  * element broadcast: the 16 scores of a head build up in lanes, no horizontal sums. qt: the heads' queries in
  * transposed order (W floats each); cadd: per-head offsets (KIVI) or NULL. */
-INLINE void key_tile_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
-                       const KRows *k, size_t t, size_t i, size_t nr)
+INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t ls, const float *qt,
+                       const float *cadd, const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nz = W / 128, rb = k->row_bytes;
-    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head: 8 chains (one head: 4) */
+    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head and tile: 8 chains (one head: 4) */
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
-    uint8_t tb[16 * 64] __attribute__((aligned(64)));
-    const uint8_t *rp[16];
+    uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[2][16];
     const uint8_t *base = k->codes + t * rb;
     prefetch_range(base + PF_AHEAD, nr * rb);
-    UNROLL for (int r = 0; r < 16; r++) rp[r] = base + ((size_t)r < nr ? (size_t)r : nr - 1) * rb;
-    __m512 a[8];
-    UNROLL for (int m = 0; m < 8; m++) a[m] = _mm512_setzero_ps();
+    UNROLL for (int T = 0; T < TT; T++)
+        UNROLL for (int r = 0; r < 16; r++) {
+            const size_t row = (size_t)(16 * T + r);
+            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
+        }
+    __m512 a[2][8];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int m = 0; m < 8; m++) a[T][m] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
-        transpose16x64(rp, 64 * z, tb);
+        UNROLL for (int T = 0; T < TT; T++) transpose16x64(rp[T], 64 * z, tb[T]);
         const float *qz = qt + 128 * z;
         for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
-            __m512 lo[2], hi[2];
-            UNROLL for (int e = 0; e < 2; e++) {
-                __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(tb + 16 * (P + (size_t)e))));
-                lo[e] = _mm512_permutexvar_ps(b, lut);
-                hi[e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
-            }
+            __m512 lo[2][2], hi[2][2];
+            UNROLL for (int T = 0; T < TT; T++)
+                UNROLL for (int e = 0; e < 2; e++) {
+                    __m512i b = _mm512_cvtepu8_epi32(
+                        _mm_load_si128((const __m128i *)(const void *)(tb[T] + 16 * (P + (size_t)e))));
+                    lo[T][e] = _mm512_permutexvar_ps(b, lut);
+                    hi[T][e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+                }
             UNROLL for (int g = 0; g < GC; g++) {
                 const float *qg = qz + (size_t)g * W + 2 * P;
                 UNROLL for (int e = 0; e < 2; e++) {   /* A = 1: one chain; 2: low / high; 4: by e too */
                     const int m0 = g * A + (A == 4 ? 2 * e : 0), m1 = g * A + (A == 1 ? 0 : A == 2 ? 1 : 2 * e + 1);
-                    a[m0] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e]), lo[e], a[m0]);
-                    a[m1] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e + 1]), hi[e], a[m1]);
+                    const __m512 ql = _mm512_set1_ps(qg[2 * e]), qh = _mm512_set1_ps(qg[2 * e + 1]);
+                    UNROLL for (int T = 0; T < TT; T++) {   /* each broadcast query element serves TT tiles */
+                        a[T][m0] = _mm512_fmadd_ps(ql, lo[T][e], a[T][m0]);
+                        a[T][m1] = _mm512_fmadd_ps(qh, hi[T][e], a[T][m1]);
+                    }
                 }
             }
         }
     }
-    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
-    __m512 sc = _mm512_set1_ps(1.0f);
-    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
-    UNROLL for (int g = 0; g < GC; g++) {
-        __m512 *ag = a + g * A;
-        if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
-        if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
-        __m512 v = ag[0];
-        if (k->rscale) v = _mm512_mul_ps(v, sc);
-        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
-        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < GC; g++) {
+            __m512 *ag = a[T] + g * A;
+            if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
+            if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
+            __m512 v = ag[0];
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
+        }
+    }
+}
+
+/* Rows t..t+n in transposed tiles of 32 rows (a last part of at most 16: one tile). */
+INLINE void key_tiles_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
+                        const KRows *k, size_t t, size_t i, size_t n)
+{
+    for (size_t r = 0; r < n; r += 32) {
+        const size_t nr = n - r < 32 ? n - r : 32;
+        if (nr > 16) key_tile_t(F, GC, 2, s, ls, qt, cadd, k, t + r, i + r, nr);
+        else key_tile_t(F, GC, 1, s, ls, qt, cadd, k, t + r, i + r, nr);
     }
 }
 
@@ -462,9 +485,7 @@ static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRo
             c[h] = _mm512_reduce_add_ps(a);
         }
         if (tr) {
-            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile_t(F_KIVI, GC, s + h * ls, ls, qs + h * W,
-                                                                              c + h, k, t0 + r, r,
-                                                                              end - r < KT ? end - r : KT));
+            HEAD_GROUPS(G, h, key_tiles_t(F_KIVI, GC, s + h * ls, ls, qs + h * W, c + h, k, t0 + i, i, end - i));
         } else {
             HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + h * ls, ls, qs + h * W,
                                                                             c + h, k, t0 + r, r,
@@ -657,9 +678,7 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     for (size_t h0 = 0; h0 < G; h0 += 8) {
         const size_t gn = G - h0 < 8 ? G - h0 : 8;
         for (size_t h = 0; h < gn; h++) gather_w(qt + h * W, qp + (h0 + h) * W, idx, W);
-        HEAD_GROUPS(gn, h, for (size_t r = 0; r < n; r += KT) key_tile_t(F_INT4, GC, s + (h0 + h) * ls + r, ls,
-                                                                          qt + h * W, NULL, k, t0 + r, 0,
-                                                                          n - r < KT ? n - r : KT));
+        HEAD_GROUPS(gn, h, key_tiles_t(F_INT4, GC, s + (h0 + h) * ls, ls, qt + h * W, NULL, k, t0, 0, n));
     }
 }
 #define vacc_int4 vacc_int4_tiles
