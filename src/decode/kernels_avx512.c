@@ -22,7 +22,8 @@
  * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
  * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
- * (key_tile_t), no horizontal sums, two tiles (32 rows) per broadcast query element (the loads bound them too).
+ * (key_tile_t), no horizontal sums, two tiles (32 rows) per broadcast query element (the loads bound them too);
+ * the same for int8 / e4m3 keys of 8 heads with W % 64 == 0 (key_tile_t8, one byte column = one value).
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
@@ -316,9 +317,77 @@ INLINE void gather_w(float *dst, const float *src, const int32_t *idx, size_t W)
         _mm512_storeu_ps(dst + p, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(idx + p)), src, 4));
 }
 
-INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
-                      size_t n)
+/* ---- 8-bit keys (int8, e4m3) of 8 heads with W % 64 == 0: transposed tiles ------------------------------------ */
+
+/* Byte column P (< 64) of a transposed chunk (transpose16x64) holds column 16 (P % 4) + P / 4 of the chunk's 64. */
+INLINE size_t t8_col(size_t p) { return p / 64 * 64 + 16 * (p % 64 % 4) + p % 64 / 4; }
+
+/* The 16 rows' values of one transposed byte column: int8 as is, e4m3 as the AVX2 set reads it (FP16, 1/256). */
+INLINE __m512 cvt_col8(const int F, const uint8_t *p)
 {
+    const __m128i b = _mm_load_si128((const __m128i *)(const void *)p);
+    if (F == F_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(-16385)));
+}
+
+/* Rows t..t+nr (nr <= 32) of 8-bit keys for 8 heads: per chunk of 64 bytes the two 16-row tiles' codes transposed,
+ * then per byte column the rows converted once and one FMA per head and tile with the query element broadcast
+ * (once for both tiles): lanes = rows, no horizontal sums. qt: the heads' queries in t8_col order, W floats each. */
+INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const float *qt, const KRows *k, size_t t,
+                        size_t nr)
+{
+    const size_t W = k->W, nz = W / 64, rb = k->row_bytes;
+    uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[2][16];
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    UNROLL for (int T = 0; T < TT; T++)
+        UNROLL for (int r = 0; r < 16; r++) {
+            const size_t row = (size_t)(16 * T + r);
+            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
+        }
+    __m512 a[2][8];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < 8; g++) a[T][g] = _mm512_setzero_ps();
+    for (size_t z = 0; z < nz; z++) {
+        UNROLL for (int T = 0; T < TT; T++) transpose16x64(rp[T], 64 * z, tb[T]);
+        const float *qz = qt + 64 * z;
+        for (size_t P = 0; P < 64; P++) {
+            __m512 x[2];
+            UNROLL for (int T = 0; T < TT; T++) x[T] = cvt_col8(F, tb[T] + 16 * P);
+            UNROLL for (int g = 0; g < 8; g++) {
+                const __m512 q = _mm512_set1_ps(qz[(size_t)g * W + P]);
+                UNROLL for (int T = 0; T < TT; T++) a[T][g] = _mm512_fmadd_ps(q, x[T], a[T][g]);
+            }
+        }
+    }
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < 8; g++) {
+            __m512 v = a[T][g];
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + r0, mk, v);
+        }
+    }
+}
+
+INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
+                      size_t n, float *scr)
+{
+    if ((F == F_INT8 || F == F_E4M3) && GC == 8 && k->W % 64 == 0) {   /* scr: the queries, t8_col order */
+        const size_t W = k->W;
+        for (size_t h = 0; h < 8; h++)
+            for (size_t p = 0; p < W; p++) scr[h * W + p] = qp[h * W + t8_col(p)];
+        for (size_t r = 0; r < n; r += 32) {
+            const size_t nr = n - r < 32 ? n - r : 32;
+            if (nr > 16) key_tile_t8(F, 2, s + r, ls, scr, k, t0 + r, nr);
+            else key_tile_t8(F, 1, s + r, ls, scr, k, t0 + r, nr);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i += KT) key_tile(F, GC, s, ls, qp, NULL, k, t0 + i, i, n - i < KT ? n - i : KT);
 }
 
@@ -647,7 +716,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
             return;                                                                                            \
         }                                                                                                      \
         const size_t W = k->W;                                                                                 \
-        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n));                             \
+        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n, scr));                             \
     }                                                                                                          \
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
