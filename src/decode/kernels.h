@@ -10,11 +10,11 @@
  *                          format of KIVI and the method library: kernels_kivi.h). Those three files alone are
  *                          compiled with -mavx2 -mfma -mf16c and share avx2_common.h (helpers, the head-group
  *                          driver, the value-side tile path); decode.c calls them only after a runtime CPU check.
- *   decode_kernels_avx512() the AVX2 set with the int4, q4_0, int8, q8_0, f16 and STORE_INTN slots (and
- *                          col_order) replaced by AVX-512F/BW/VL kernels (kernels_avx512.c, the only file built
- *                          with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do not take to the
- *                          AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F, BW, VL and
- *                          the ZMM state (KVC_ISA=avx2 keeps the AVX2 set).
+ *   decode_kernels_avx512() the AVX2 set with the int4, q4_0, int8, q8_0, f16, e4m3 and STORE_INTN slots (and
+ *                          col_order, max, exp_sum) replaced by AVX-512F/BW/VL kernels (kernels_avx512.c, the
+ *                          only file built with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do
+ *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
+ *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
  * window, is just more tensors with their own slot) and calls it for every block of tokens.
  *

@@ -1,5 +1,6 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
- * int8, q8_0, f16 and STORE_INTN (KIVI's 4-bit shape) replaced by AVX-512F/BW/VL kernels. This file alone is
+ * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
+ * AVX-512F/BW/VL kernels. This file alone is
  * compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); decode.c calls it only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state). Its scalar twins are kernels_ref.c's (and
  * kernels_kivi's), like the AVX2 kernels'. Shapes a slot does not take go to the AVX2 slot (see each slot).
@@ -9,22 +10,32 @@
  * conversion of the codes, done once per row for all G heads, becomes for 4 bits 4 instructions per 32 values:
  * one zero extension of 16 bytes to 16 lanes, one shift, and two vpermps lookups in a 16-entry table of the
  * code values (the low 4 bits of each lane are the index: the low nibble directly, the high one after the
- * shift). The table holds n - 8 (KIVI: n for keys, n - 7.5 for values), so no subtraction is needed; q4_0 /
- * q8_0 values are then multiplied by the block's FP16 scale d (exact in float32: 11 x 4 or 8 significant bits).
+ * shift). The table holds n - 8 (KIVI: n for keys, n - 7.5 for values), so no subtraction is needed; q8_0 values
+ * are then multiplied by the block's FP16 scale d, q4_0's table is (exact in float32: 11 x 4 or 8 significant
+ * bits). E4M3 is read as the AVX2 set reads it (widened to FP16 by a shift: 1/256 of its value, its raw_scale).
+ *
+ * Measured on the development machine (Xeon, AVX-512, one thread, rows in L2): about 6 G zmm FMAs/s when an FMA
+ * needs at most half a load, 5 G when each needs one; at 4 and 8 heads the kernels run at 70-85 % of what the
+ * zmm ports allow (conversion + FMAs + reduction uops / 2 per cycle), so the layouts below are chosen to save
+ * loads and shuffles per row, not just FMAs.
  *
  * Column order: natural, except int4 (W % 32 == 0) in units of 32 columns (16 bytes): positions 0..15 the low
  * nibbles (columns 0, 2, .., 30), 16..31 the high ones (1, 3, .., 31); int4 rows with W % 32 != 0 go to the
  * AVX2 kernels, in the AVX2 order (col_order decides by W). KIVI's slots read natural order at the interface.
  *
  * Keys: tiles of 16 rows; query heads in groups of GC = 8, 4, 2, 1 (HEAD_GROUPS), each unit of codes converted
- * once for the group; rows in pairs (GC = 1: fours), each query vector loaded once for them; one float32
+ * once for the group; rows in fours (GC = 8: pairs), each query vector loaded once for them (fours measured 5-12 %
+ * faster than pairs at 2 and 4 heads: the loads, not only the FMAs, bound these loops); one float32
  * accumulator of 16 lanes per (row, head) (two when there would be fewer than 8 independent chains). The 16
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
  * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
- * (key_tile_t), no horizontal sums.
+ * (key_tile_t), no horizontal sums, two tiles (32 rows) per broadcast query element (the loads bound them too);
+ * the same for int8 / e4m3 keys of 8 heads with W % 64 == 0 (key_tile_t8, one byte column = one value).
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
+ * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
+ * sum grouped by 16 lanes.
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
  * summation order depends only on W, n and G (and KIVI's group), never on the thread count.
  */
@@ -45,7 +56,7 @@
 enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
 /* The formats of this file; F_KIVI: 4-bit grouped intN codes (KIVI's), read as int4's bytes (values 0..15 on the
  * key side, n - 7.5 on the value side). */
-enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI };
+enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3 };
 
 INLINE void prefetch_range(const uint8_t *p, size_t n)
 {
@@ -71,17 +82,27 @@ INLINE __m512 lut_half(void)
 
 INLINE size_t unit_bytes(const int F)
 {
-    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 ? 32
+    return F == F_INT4 || F == F_KIVI ? 16 : F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : F == F_INT8 || F == F_E4M3 ? 32
          : F == F_Q8_0 ? sizeof(StoreBlockQ8_0) : 64;
 }
 INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
 
 /* The 32 values of the unit at p in kernel order, x[0] positions 0..15 and x[1] 16..31. 4 bits: the low
  * nibbles, then the high ones, through the table; int8 / q8_0: bytes 0..15, 16..31; f16: natural. Block
- * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits). */
-INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
+ * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits); q4_0 with LD: the table is
+ * scaled instead (one product per block, the same exact values; measured faster except for 8 heads' keys, where
+ * the 16 accumulators leave no room for the scaled table). */
+INLINE void cvt32(const int F, const int LD, const uint8_t *p, __m512 lut, __m512 *x)
 {
     const uint8_t *c = is_block(F) ? p + 2 : p;
+    if (F == F_Q4_0 && LD) {   /* the table times d: one product per block (exact, as (n - 8) d is) */
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)elem_u16(p)));
+        const __m512 ld = _mm512_mul_ps(lut, d);
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
+        x[0] = _mm512_permutexvar_ps(b, ld);
+        x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), ld);
+        return;
+    }
     if (F == F_INT4 || F == F_Q4_0 || F == F_KIVI) {
         __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
         x[0] = _mm512_permutexvar_ps(b, lut);
@@ -89,12 +110,19 @@ INLINE void cvt32(const int F, const uint8_t *p, __m512 lut, __m512 *x)
     } else if (F == F_INT8 || F == F_Q8_0) {
         x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
         x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + 16))));
+    } else if (F == F_E4M3) {
+        /* the AVX2 set's reading (1/256 of the value, exact): the sign-extended byte << 7 puts exponent and
+         * mantissa in FP16 position and the sign in bits 14 and 15; bit 14 cleared (0xBFFF is -16385) */
+        __m512i w = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)c)), 7);
+        w = _mm512_and_si512(w, _mm512_set1_epi16(-16385));
+        x[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+        x[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
     } else {
         x[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)c));
         x[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + 32)));
     }
     if (is_block(F)) {
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(elem_u16(p)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)elem_u16(p)));
         x[0] = _mm512_mul_ps(x[0], d);
         x[1] = _mm512_mul_ps(x[1], d);
     }
@@ -128,7 +156,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
                      const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nu = W / 32, rb = k->row_bytes, UB = unit_bytes(F);
-    const int R = GC == 1 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;
+    const int R = GC <= 4 ? 4 : 2, A = GC * R >= 8 ? 1 : 2;   /* R rows per round */
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     __m512 buf[KT * 8];   /* buf[r * GC + g]: the accumulator of row r, head g */
     const uint8_t *base = k->codes + t * rb;
@@ -144,7 +172,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         UNROLL for (int m = 0; m < R * GC * A; m++) a[m] = _mm512_setzero_ps();
         for (size_t u = 0; u < nu; u++) {
             __m512 x[4][2];
-            UNROLL for (int r = 0; r < R; r++) cvt32(F, rp[r] + u * UB, lut, x[r]);
+            UNROLL for (int r = 0; r < R; r++) cvt32(F, GC < 8, rp[r] + u * UB, lut, x[r]);
             UNROLL for (int g = 0; g < GC; g++) {
                 __m512 q0 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u);
                 __m512 q1 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u + 16);
@@ -211,50 +239,73 @@ INLINE size_t tpos_col(size_t p)
  * per byte column its low and high nibbles as 16 rows each (table lookups), one FMA per head with the query
  * element broadcast: the 16 scores of a head build up in lanes, no horizontal sums. qt: the heads' queries in
  * transposed order (W floats each); cadd: per-head offsets (KIVI) or NULL. */
-INLINE void key_tile_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
-                       const KRows *k, size_t t, size_t i, size_t nr)
+INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t ls, const float *qt,
+                       const float *cadd, const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nz = W / 128, rb = k->row_bytes;
-    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head: 8 chains (one head: 4) */
+    const int A = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* accumulators per head and tile: 8 chains (one head: 4) */
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
-    uint8_t tb[16 * 64] __attribute__((aligned(64)));
-    const uint8_t *rp[16];
+    uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[2][16];
     const uint8_t *base = k->codes + t * rb;
     prefetch_range(base + PF_AHEAD, nr * rb);
-    UNROLL for (int r = 0; r < 16; r++) rp[r] = base + ((size_t)r < nr ? (size_t)r : nr - 1) * rb;
-    __m512 a[8];
-    UNROLL for (int m = 0; m < 8; m++) a[m] = _mm512_setzero_ps();
+    UNROLL for (int T = 0; T < TT; T++)
+        UNROLL for (int r = 0; r < 16; r++) {
+            const size_t row = (size_t)(16 * T + r);
+            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
+        }
+    __m512 a[2][8];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int m = 0; m < 8; m++) a[T][m] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
-        transpose16x64(rp, 64 * z, tb);
+        UNROLL for (int T = 0; T < TT; T++) transpose16x64(rp[T], 64 * z, tb[T]);
         const float *qz = qt + 128 * z;
         for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
-            __m512 lo[2], hi[2];
-            UNROLL for (int e = 0; e < 2; e++) {
-                __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(tb + 16 * (P + (size_t)e))));
-                lo[e] = _mm512_permutexvar_ps(b, lut);
-                hi[e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
-            }
+            __m512 lo[2][2], hi[2][2];
+            UNROLL for (int T = 0; T < TT; T++)
+                UNROLL for (int e = 0; e < 2; e++) {
+                    __m512i b = _mm512_cvtepu8_epi32(
+                        _mm_load_si128((const __m128i *)(const void *)(tb[T] + 16 * (P + (size_t)e))));
+                    lo[T][e] = _mm512_permutexvar_ps(b, lut);
+                    hi[T][e] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+                }
             UNROLL for (int g = 0; g < GC; g++) {
                 const float *qg = qz + (size_t)g * W + 2 * P;
                 UNROLL for (int e = 0; e < 2; e++) {   /* A = 1: one chain; 2: low / high; 4: by e too */
                     const int m0 = g * A + (A == 4 ? 2 * e : 0), m1 = g * A + (A == 1 ? 0 : A == 2 ? 1 : 2 * e + 1);
-                    a[m0] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e]), lo[e], a[m0]);
-                    a[m1] = _mm512_fmadd_ps(_mm512_set1_ps(qg[2 * e + 1]), hi[e], a[m1]);
+                    const __m512 ql = _mm512_set1_ps(qg[2 * e]), qh = _mm512_set1_ps(qg[2 * e + 1]);
+                    UNROLL for (int T = 0; T < TT; T++) {   /* each broadcast query element serves TT tiles */
+                        a[T][m0] = _mm512_fmadd_ps(ql, lo[T][e], a[T][m0]);
+                        a[T][m1] = _mm512_fmadd_ps(qh, hi[T][e], a[T][m1]);
+                    }
                 }
             }
         }
     }
-    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
-    __m512 sc = _mm512_set1_ps(1.0f);
-    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
-    UNROLL for (int g = 0; g < GC; g++) {
-        __m512 *ag = a + g * A;
-        if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
-        if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
-        __m512 v = ag[0];
-        if (k->rscale) v = _mm512_mul_ps(v, sc);
-        if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
-        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < GC; g++) {
+            __m512 *ag = a[T] + g * A;
+            if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
+            if (A >= 2) ag[0] = _mm512_add_ps(ag[0], ag[1]);
+            __m512 v = ag[0];
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            if (F == F_KIVI) v = _mm512_add_ps(v, _mm512_set1_ps(cadd[g]));
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
+        }
+    }
+}
+
+/* Rows t..t+n in transposed tiles of 32 rows (a last part of at most 16: one tile). */
+INLINE void key_tiles_t(const int F, const int GC, float *s, size_t ls, const float *qt, const float *cadd,
+                        const KRows *k, size_t t, size_t i, size_t n)
+{
+    for (size_t r = 0; r < n; r += 32) {
+        const size_t nr = n - r < 32 ? n - r : 32;
+        if (nr > 16) key_tile_t(F, GC, 2, s, ls, qt, cadd, k, t + r, i + r, nr);
+        else key_tile_t(F, GC, 1, s, ls, qt, cadd, k, t + r, i + r, nr);
     }
 }
 
@@ -275,9 +326,77 @@ INLINE void gather_w(float *dst, const float *src, const int32_t *idx, size_t W)
         _mm512_storeu_ps(dst + p, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(idx + p)), src, 4));
 }
 
-INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
-                      size_t n)
+/* ---- 8-bit keys (int8, e4m3) of 8 heads with W % 64 == 0: transposed tiles ------------------------------------ */
+
+/* Byte column P (< 64) of a transposed chunk (transpose16x64) holds column 16 (P % 4) + P / 4 of the chunk's 64. */
+INLINE size_t t8_col(size_t p) { return p / 64 * 64 + 16 * (p % 64 % 4) + p % 64 / 4; }
+
+/* The 16 rows' values of one transposed byte column: int8 as is, e4m3 as the AVX2 set reads it (FP16, 1/256). */
+INLINE __m512 cvt_col8(const int F, const uint8_t *p)
 {
+    const __m128i b = _mm_load_si128((const __m128i *)(const void *)p);
+    if (F == F_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(-16385)));
+}
+
+/* Rows t..t+nr (nr <= 32) of 8-bit keys for 8 heads: per chunk of 64 bytes the two 16-row tiles' codes transposed,
+ * then per byte column the rows converted once and one FMA per head and tile with the query element broadcast
+ * (once for both tiles): lanes = rows, no horizontal sums. qt: the heads' queries in t8_col order, W floats each. */
+INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const float *qt, const KRows *k, size_t t,
+                        size_t nr)
+{
+    const size_t W = k->W, nz = W / 64, rb = k->row_bytes;
+    uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
+    const uint8_t *rp[2][16];
+    const uint8_t *base = k->codes + t * rb;
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    UNROLL for (int T = 0; T < TT; T++)
+        UNROLL for (int r = 0; r < 16; r++) {
+            const size_t row = (size_t)(16 * T + r);
+            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
+        }
+    __m512 a[2][8];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < 8; g++) a[T][g] = _mm512_setzero_ps();
+    for (size_t z = 0; z < nz; z++) {
+        UNROLL for (int T = 0; T < TT; T++) transpose16x64(rp[T], 64 * z, tb[T]);
+        const float *qz = qt + 64 * z;
+        for (size_t P = 0; P < 64; P++) {
+            __m512 x[2];
+            UNROLL for (int T = 0; T < TT; T++) x[T] = cvt_col8(F, tb[T] + 16 * P);
+            UNROLL for (int g = 0; g < 8; g++) {
+                const __m512 q = _mm512_set1_ps(qz[(size_t)g * W + P]);
+                UNROLL for (int T = 0; T < TT; T++) a[T][g] = _mm512_fmadd_ps(q, x[T], a[T][g]);
+            }
+        }
+    }
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < 8; g++) {
+            __m512 v = a[T][g];
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + r0, mk, v);
+        }
+    }
+}
+
+INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
+                      size_t n, float *scr)
+{
+    if ((F == F_INT8 || F == F_E4M3) && GC == 8 && k->W % 64 == 0) {   /* scr: the queries, t8_col order */
+        const size_t W = k->W;
+        for (size_t h = 0; h < 8; h++)
+            for (size_t p = 0; p < W; p++) scr[h * W + p] = qp[h * W + t8_col(p)];
+        for (size_t r = 0; r < n; r += 32) {
+            const size_t nr = n - r < 32 ? n - r : 32;
+            if (nr > 16) key_tile_t8(F, 2, s + r, ls, scr, k, t0 + r, nr);
+            else key_tile_t8(F, 1, s + r, ls, scr, k, t0 + r, nr);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i += KT) key_tile(F, GC, s, ls, qp, NULL, k, t0 + i, i, n - i < KT ? n - i : KT);
 }
 
@@ -321,7 +440,7 @@ INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t
     row += u * UB;
     for (size_t i = 0; i < nt; i++, row += rb) {
         __m512 x[4][2];
-        UNROLL for (int c = 0; c < CU; c++) cvt32(F, row + (size_t)c * UB, lut, x[c]);
+        UNROLL for (int c = 0; c < CU; c++) cvt32(F, 1, row + (size_t)c * UB, lut, x[c]);
         UNROLL for (int g = 0; g < GC; g++)
             UNROLL for (int c = 0; c < CU; c++) {
                 const __m512 w = _mm512_set1_ps(wb[(size_t)g * ws + i * per + kc[c]]);
@@ -444,9 +563,7 @@ static void kivi_scores(float *s, size_t ls, const float *q, size_t G, const KRo
             c[h] = _mm512_reduce_add_ps(a);
         }
         if (tr) {
-            HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile_t(F_KIVI, GC, s + h * ls, ls, qs + h * W,
-                                                                              c + h, k, t0 + r, r,
-                                                                              end - r < KT ? end - r : KT));
+            HEAD_GROUPS(G, h, key_tiles_t(F_KIVI, GC, s + h * ls, ls, qs + h * W, c + h, k, t0 + i, i, end - i));
         } else {
             HEAD_GROUPS(G, h, for (size_t r = i; r < end; r += KT) key_tile(F_KIVI, GC, s + h * ls, ls, qs + h * W,
                                                                             c + h, k, t0 + r, r,
@@ -538,6 +655,59 @@ static void kivi_vacc_slot(float *acc, const float *p, size_t lp, size_t G, cons
     HEAD_GROUPS(G, h, kivi_val_heads(GC, acc + h * W, p + h * lp, lp, v, t0, n));
 }
 
+/* ---- softmax pieces ---------------------------------------------------------------------------------------- */
+
+static float max_avx512(const float *s, size_t n)
+{
+    __m512 v = _mm512_set1_ps(s[0]);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) v = _mm512_max_ps(v, _mm512_loadu_ps(s + i));
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        v = _mm512_mask_max_ps(v, mk, v, _mm512_maskz_loadu_ps(mk, s + i));
+    }
+    return _mm512_reduce_max_ps(v);
+}
+
+/* The AVX2 set's exp (kernels_avx2.c: Cephes expf for x <= 0, the same operations lane by lane, so the same
+ * values), 16 lanes; the tail through masks (the AVX2 set's tail calls expf). */
+INLINE __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+static float exp_sum_avx512(float *s, size_t n, float m)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+        _mm512_storeu_ps(s + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + i), vm));
+        _mm512_mask_storeu_ps(s + i, mk, e);
+        acc = _mm512_mask_add_ps(acc, mk, acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 /* ---- the slots -------------------------------------------------------------------------------------------- */
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
@@ -555,7 +725,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
             return;                                                                                            \
         }                                                                                                      \
         const size_t W = k->W;                                                                                 \
-        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n));                             \
+        HEAD_GROUPS(G, h, scores_gc(F, GC, s + h * ls, ls, qp + h * W, k, t0, n, scr));                             \
     }                                                                                                          \
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
@@ -586,9 +756,7 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     for (size_t h0 = 0; h0 < G; h0 += 8) {
         const size_t gn = G - h0 < 8 ? G - h0 : 8;
         for (size_t h = 0; h < gn; h++) gather_w(qt + h * W, qp + (h0 + h) * W, idx, W);
-        HEAD_GROUPS(gn, h, for (size_t r = 0; r < n; r += KT) key_tile_t(F_INT4, GC, s + (h0 + h) * ls + r, ls,
-                                                                          qt + h * W, NULL, k, t0 + r, 0,
-                                                                          n - r < KT ? n - r : KT));
+        HEAD_GROUPS(gn, h, key_tiles_t(F_INT4, GC, s + (h0 + h) * ls, ls, qt + h * W, NULL, k, t0, 0, n));
     }
 }
 #define vacc_int4 vacc_int4_tiles
@@ -596,6 +764,7 @@ DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
 DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
 DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
+DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
@@ -635,9 +804,13 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.vacc[STORE_INT8] = vacc_int8;
         kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
         kernels_avx512.vacc[STORE_F16] = vacc_f16;
+        kernels_avx512.scores[STORE_E4M3] = scores_e4m3;   /* read as the AVX2 set does: its raw_scale (256) */
+        kernels_avx512.vacc[STORE_E4M3] = vacc_e4m3;
         kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
         kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
+        kernels_avx512.max = max_avx512;
+        kernels_avx512.exp_sum = exp_sum_avx512;
         ready = 1;
     }
     return &kernels_avx512;
