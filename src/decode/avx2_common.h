@@ -338,7 +338,7 @@ INLINE void vacc_group(const int GC, TileConvertFn convert, StoreType T, size_t 
     }
 }
 
-/* vacc_group for GC = 2, 4: one copy per group size, shared by every format of a file (the converter is a
+/* vacc_group for GC = 2, 4, 8: one copy per group size, shared by every format of a file (the converter is a
  * call per tile). */
 #define VACC_GROUP_GC_(GC)                                                                                       \
     static __attribute__((noinline, unused)) void vacc_group_##GC(TileConvertFn convert, StoreType T, size_t unit, \
@@ -349,11 +349,12 @@ INLINE void vacc_group(const int GC, TileConvertFn convert, StoreType T, size_t 
     }
 VACC_GROUP_GC_(2)
 VACC_GROUP_GC_(4)
+VACC_GROUP_GC_(8)
 
-/* The weighted V sum of a unit format (a VaccFn's body; convert: its tile_convert). Heads in groups of 4, 2, 1
- * (8 heads as two groups of 4: measured in L2 at G = 8 1.2x faster for int8, 1.1x for q8_0 / q4_0, the same for
- * int4 / f16, than one 8-head group through the tile scratch); 4 or 2 heads in registers when the codes take at
- * most one byte per value (e4m3, e5m2, int8, int4: no scratch round trip), else through the tile path (f32 / f16 / bf16: the column-group reads of
+/* The weighted V sum of a unit format (a VaccFn's body; convert: its tile_convert). Per head group: 8 heads
+ * through the tile path unless the codes take at most one byte per value (then groups of 4 in registers: int8
+ * at G = 8 measured 1.2x faster, int4 the same); 4 or 2 heads in registers when the codes take at most one byte
+ * per value (e4m3, e5m2, int8, int4: no scratch round trip), else through the tile path (f32 / f16 / bf16: the column-group reads of
  * wide rows cost bandwidth; 32-value block units); one head in L1 (register accumulators per column group,
  * vacc_direct with GC = 1, measured 1.1-1.2x faster in cache but 0.9x when streaming from memory). Rows wider
  * than an eighth of the tile scratch go head by head. */
@@ -363,9 +364,10 @@ INLINE void vacc_all(const Unit U, TileConvertFn convert, float *acc, const floa
     const size_t W = v->W;
     const int direct = U.nv <= 2 && U.bytes <= U.values;   /* register path: codes of <= 1 byte */
     const int tiles = W / U.values * U.values * 8 <= SCR;   /* at least 8 rows of the stored width in the scratch */
-    HEAD_GROUPS(G, h, GC <= 4 && (direct || tiles),
+    HEAD_GROUPS(G, h, GC == 8 ? tiles && !direct : direct || tiles,
                 if (GC == 1) vacc_one(U, acc + h * W, p + h * lp, v, t0, n);
-                else if (direct) vacc_direct(U, GC, acc + h * W, p + h * lp, lp, v, t0, n);
+                else if (GC <= 4 && direct) vacc_direct(U, GC, acc + h * W, p + h * lp, lp, v, t0, n);
+                else if (GC == 8) vacc_group_8(convert, U.type, U.values, acc + h * W, p + h * lp, lp, v, t0, n);
                 else if (GC == 4) vacc_group_4(convert, U.type, U.values, acc + h * W, p + h * lp, lp, v, t0, n);
                 else vacc_group_2(convert, U.type, U.values, acc + h * W, p + h * lp, lp, v, t0, n));
 }
