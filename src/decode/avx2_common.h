@@ -352,8 +352,10 @@ VACC_GROUP_GC_(4)
 VACC_GROUP_GC_(8)
 
 /* The weighted V sum of a unit format (a VaccFn's body; convert: its tile_convert). Per head group: 8 heads
- * through the tile path; 4 or 2 heads in registers when the codes take at most one byte per value (e4m3, e5m2,
- * int8, int4: no scratch round trip), else through the tile path (f32 / f16 / bf16: the column-group reads of
+ * through the tile path unless the codes take one byte per value, one vector per unit (int8, e5m2: then groups
+ * of 4 in registers, int8 at G = 8 measured 1.15-1.2x faster in L2; int4 the same or slower); 4 or 2 heads in
+ * registers when the codes take at most one byte per value (e4m3, e5m2, int8, int4: no scratch round trip), else
+ * through the tile path (f32 / f16 / bf16: the column-group reads of
  * wide rows cost bandwidth; 32-value block units); one head in L1 (register accumulators per column group,
  * vacc_direct with GC = 1, measured 1.1-1.2x faster in cache but 0.9x when streaming from memory). Rows wider
  * than an eighth of the tile scratch go head by head. */
@@ -363,7 +365,7 @@ INLINE void vacc_all(const Unit U, TileConvertFn convert, float *acc, const floa
     const size_t W = v->W;
     const int direct = U.nv <= 2 && U.bytes <= U.values;   /* register path: codes of <= 1 byte */
     const int tiles = W / U.values * U.values * 8 <= SCR;   /* at least 8 rows of the stored width in the scratch */
-    HEAD_GROUPS(G, h, GC == 8 ? tiles : direct || tiles,
+    HEAD_GROUPS(G, h, GC == 8 ? tiles && !(direct && U.nv == 1) : direct || tiles,
                 if (GC == 1) vacc_one(U, acc + h * W, p + h * lp, v, t0, n);
                 else if (GC <= 4 && direct) vacc_direct(U, GC, acc + h * W, p + h * lp, lp, v, t0, n);
                 else if (GC == 8) vacc_group_8(convert, U.type, U.values, acc + h * W, p + h * lp, lp, v, t0, n);

@@ -16,7 +16,8 @@
  * Scores: one row after the other, GC query heads at a time (HEAD_GROUPS: 4, 2, 1); each unit is converted once
  * for all GC heads (the GQA saving); 8 / GC float32 accumulators of 8 lanes per head (4 for one head:
  * independent FMA chains, rows overlap), block formats keep a per-block partial sum scaled once by the block's
- * FP16 scale; 8 / GC rows' vectors are reduced together (GC >= 2 without column tails: 8 rows, then one
+ * FP16 scale (one head; two or more heads read q8_0 / q4_0 blocks already scaled, d n, exact in float32, once
+ * for the group, and sum them like an elementwise format); 8 / GC rows' vectors are reduced together (GC >= 2 without column tails: 8 rows, then one
  * reduce8v, offset, token scales and store per head, scores_rows8). With GC >= 2 each query vector is loaded
  * once for a row pair. Offsets moved out of the conversion (same float32 products and sums, regrouped): q4_0
  * keys of one head read the codes as 0..15 and subtract 8 x the block's query sum (per lane) from the block's
@@ -45,15 +46,22 @@
  * exact before its one rounding), for the GQA value tiles (convert_q4_0): one multiply per block instead of 4
  * integer subtractions */
 #define Q4_0_VAL ((StoreType)(STORE_NTYPES + 3))
+/* Q8_0 read already scaled, d n (exact in float32: 11 x 8 significant bits), for the keys of two or more heads
+ * (the scale multiplies each block once for all the heads, not each head's partial sum) */
+#define Q8_0_VAL ((StoreType)(STORE_NTYPES + 4))
 INLINE int is_block(StoreType t) { return t == STORE_Q8_0 || t == STORE_Q4_0 || t == Q4_0_RAW; }
+INLINE int is_scaled(StoreType t) { return t == Q4_0_VAL || t == Q8_0_VAL; }   /* blocks read as d n */
 INLINE size_t unit_of(StoreType t)
 {
-    return (t == STORE_INT4 || t == INT4_RAW || t == STORE_E4M3) ? 16 : (t == STORE_INT2 || is_block(t)) ? 32 : 8;
+    return (t == STORE_INT4 || t == INT4_RAW || t == STORE_E4M3) ? 16
+           : (t == STORE_INT2 || is_block(t) || is_scaled(t))    ? 32
+                                                                 : 8;
 }
 INLINE int nv_of(StoreType t) { return (int)(unit_of(t) / 8); }
 INLINE size_t ub_of(StoreType t)   /* bytes of one unit */
 {
-    if (t == Q4_0_RAW) return sizeof(StoreBlockQ4_0);
+    if (t == Q4_0_RAW || t == Q4_0_VAL) return sizeof(StoreBlockQ4_0);
+    if (t == Q8_0_VAL) return sizeof(StoreBlockQ8_0);
     switch (t) {
     case STORE_F32: return 32;
     case STORE_F16:
@@ -82,6 +90,11 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
         x[1] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(b1, m)), d8);
         x[2] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), d8);
         x[3] = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), d8);
+        return;
+    }
+    if (t == Q8_0_VAL) {
+        const __m256 dv = f16_bcast(p);
+        UNROLL for (int c = 0; c < 4; c++) x[c] = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p + 2 + 8 * c))));
         return;
     }
     if (t == Q4_0_RAW) {   /* codes 0..15, in Q4_0's order */
@@ -148,7 +161,7 @@ INLINE void cvt_unit(const StoreType t, const uint8_t *p, __m256 *x, __m256 *d)
 /* A key column past the last full unit (int4 tails keep the -8). */
 INLINE float key_tail(const StoreType t, const uint8_t *row, size_t j)
 {
-    return tail_elem(t == INT4_RAW ? STORE_INT4 : t, row, j);
+    return tail_elem(t == INT4_RAW ? STORE_INT4 : t == Q8_0_VAL ? STORE_Q8_0 : t == Q4_0_VAL ? STORE_Q4_0 : t, row, j);
 }
 
 /* The value side's description of a unit (avx2_common.h). */
@@ -354,15 +367,18 @@ INLINE void scores_q4_0_one(float *s, size_t ls, const float *q, const KRows *k,
     scores_gc(Q4_0_RAW, 1, s, ls, qb, k, t0, n);
 }
 
-/* Heads in groups of 4, 2, 1 (each unit converted once per group). */
+/* Heads in groups of 4, 2, 1 (each unit converted once per group; two or more heads read q8_0 / q4_0 scaled). */
 INLINE void scores_all(const StoreType T, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
                        size_t n)
 {
     const size_t W = k->W;
     const int q4_0_one = T == STORE_Q4_0 && W % 32 == 0 && W >= 64 && W <= 1024;
+    /* two or more heads: q8_0 / q4_0 blocks read scaled (d n, exact), once for the group */
+    const StoreType TS = T == STORE_Q8_0 ? Q8_0_VAL : T == STORE_Q4_0 ? Q4_0_VAL : T;
     HEAD_GROUPS(G, h, GC <= 4,
                 if (GC == 1 && q4_0_one) scores_q4_0_one(s + h * ls, ls, qp + h * W, k, t0, n);
-                else scores_gc(T, GC, s + h * ls, ls, qp + h * W, k, t0, n));
+                else if (GC == 1) scores_gc(T, GC, s + h * ls, ls, qp + h * W, k, t0, n);
+                else scores_gc(TS, GC, s + h * ls, ls, qp + h * W, k, t0, n));
 }
 
 
