@@ -763,7 +763,7 @@ static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t 
     for (size_t j0 = 0; j0 < n; j0 += sizeof q) {
         size_t m = n - j0 < sizeof q ? n - j0 : sizeof q;
 #if defined(__x86_64__) && defined(__SSE2__)
-        if (intn_have_avx2()) intn_code_values_avx2(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
+        if (m >= 8 && intn_have_avx2()) intn_code_values_avx2(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
         else
 #endif
             intn_code_values(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
