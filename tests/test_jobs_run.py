@@ -38,14 +38,7 @@ def write(name, cfg):
 
 
 def methods_config(cache):
-    with open("configs/methods.json") as fh:
-        cfg = json.load(fh)
-    d = cfg["data"]
-    d.update({"layers": 2, "tokens": 256})
-    d["recent"]["tokens"] = 32
-    d["heavy_hitters"]["count"] = 8
-    d["rope"]["cache"] = cache
-    return write("methods-%s.json" % cache, cfg)
+    return checks.methods_config(TMP, cache)
 
 
 def run(path, jobs, extra, stream=None):

@@ -30,17 +30,7 @@ TIMING = {"decode_ns", "decode_speedup", "decode_ns_mad"}
 
 
 def config(cache):
-    with open("configs/methods.json") as fh:
-        cfg = json.load(fh)
-    d = cfg["data"]
-    d.update({"layers": 2, "tokens": 256})
-    d["recent"]["tokens"] = 32
-    d["heavy_hitters"]["count"] = 8
-    d["rope"]["cache"] = cache
-    path = os.path.join(TMP, "methods-%s.json" % cache)
-    with open(path, "w") as fh:
-        json.dump(cfg, fh)
-    return path
+    return checks.methods_config(TMP, cache)
 
 
 def run(path, stream, extra):
