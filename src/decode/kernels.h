@@ -78,6 +78,20 @@ typedef void (*ScoresFn)(float *s, size_t ls, const float *qp, size_t G, const K
 typedef void (*VaccFn)(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n,
                        float *scr);
 
+/* exp(x) for x <= 0 in both fused sets (Cephes expf): x clamped at EXP_MIN, n = round(x log2 e), r = x - n ln 2
+ * in two steps (LN2_HI + LN2_LO), a degree-6 polynomial P5..P0 in r, times 2^n. One set of constants, so the
+ * AVX2 and AVX-512 lanes give the same values. */
+#define DECODE_EXP_MIN (-87.33654f)
+#define DECODE_EXP_LOG2E 1.44269504088896341f
+#define DECODE_EXP_LN2_HI 0.693359375f
+#define DECODE_EXP_LN2_LO (-2.12194440e-4f)
+#define DECODE_EXP_P5 1.9875691500e-4f
+#define DECODE_EXP_P4 1.3981999507e-3f
+#define DECODE_EXP_P3 8.3334519073e-3f
+#define DECODE_EXP_P2 4.1665795894e-2f
+#define DECODE_EXP_P1 1.6666665459e-1f
+#define DECODE_EXP_P0 5.0000001201e-1f
+
 typedef struct KernelSet {
     const char *name;                     /* "scalar", "avx2" or "avx512" */
     ScoresFn scores[STORE_NTYPES];        /* one slot per stored type; every set fills all of them */

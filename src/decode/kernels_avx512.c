@@ -64,6 +64,18 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
+/* The row pointers of TT transposed tiles of 16 rows from base (rows past nr repeat row nr - 1, their scores are
+ * not stored), the rows prefetched ahead. */
+INLINE void tile_rows(const uint8_t *rp[2][16], const uint8_t *base, size_t rb, size_t nr, const int TT)
+{
+    prefetch_range(base + PF_AHEAD, nr * rb);
+    UNROLL for (int T = 0; T < TT; T++)
+        UNROLL for (int r = 0; r < 16; r++) {
+            const size_t row = (size_t)(16 * T + r);
+            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
+        }
+}
+
 /* The table of code values n - 8, n = 0..15 (both formats). */
 INLINE __m512 lut_centred(void)
 {
@@ -247,13 +259,7 @@ INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
     const uint8_t *rp[2][16];
-    const uint8_t *base = k->codes + t * rb;
-    prefetch_range(base + PF_AHEAD, nr * rb);
-    UNROLL for (int T = 0; T < TT; T++)
-        UNROLL for (int r = 0; r < 16; r++) {
-            const size_t row = (size_t)(16 * T + r);
-            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
-        }
+    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
     __m512 a[2][8];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int m = 0; m < 8; m++) a[T][m] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
@@ -349,13 +355,7 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
     const size_t W = k->W, nz = W / 64, rb = k->row_bytes;
     uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
     const uint8_t *rp[2][16];
-    const uint8_t *base = k->codes + t * rb;
-    prefetch_range(base + PF_AHEAD, nr * rb);
-    UNROLL for (int T = 0; T < TT; T++)
-        UNROLL for (int r = 0; r < 16; r++) {
-            const size_t row = (size_t)(16 * T + r);
-            rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
-        }
+    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
     __m512 a[2][8];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < 8; g++) a[T][g] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
@@ -673,17 +673,17 @@ static float max_avx512(const float *s, size_t n)
  * values), 16 lanes; the tail through masks (the AVX2 set's tail calls expf). */
 INLINE __m512 exp512(__m512 x)
 {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    x = _mm512_max_ps(x, _mm512_set1_ps(DECODE_EXP_MIN));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(DECODE_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(DECODE_EXP_LN2_HI), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(DECODE_EXP_LN2_LO), x);
+    __m512 y = _mm512_set1_ps(DECODE_EXP_P5);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(DECODE_EXP_P4));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(DECODE_EXP_P3));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(DECODE_EXP_P2));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(DECODE_EXP_P1));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(DECODE_EXP_P0));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
