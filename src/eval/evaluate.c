@@ -491,7 +491,7 @@ typedef struct LayerWork {
     Job *j;
     const Layer *y;
     const Data *d;
-    int *rc;             /* (2 H,): step 1 per head, step 3 per (head, side) */
+    int *rc;             /* (2 H,): a failure per slot: step 1 head h, step 3 2 h + side (read through stop) */
     char (*msg)[1024];   /* (2 H,) their messages */
     size_t *stop;        /* step 3: the head where side 0 / 1 stopped (H: none) */
 } LayerWork;
@@ -563,7 +563,6 @@ static int job_layer(Job *j, const Layer *y, const Data *d, Pool *pool)
         run_items(pool, step_method, &w, H);
         for (size_t h = 0; rc == 0 && h < H; h++)
             if (w.rc[h]) rc = kvc_fail("%s", w.msg[h]);
-        memset(w.rc, 0, 2 * H * sizeof *w.rc);
     }
     if (rc == 0) {
         for (size_t h = 0; h < H; h++) {
