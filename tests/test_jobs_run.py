@@ -6,7 +6,8 @@ values' error norms on two of them, each over the heads in order (src/eval/evalu
 rows must not depend on N: configs/methods.json (every method family, pipelines, head sharing, joint low rank,
 the realistic generators) at 2 layers x 256 tokens, aggregate rows and --per-head rows, data held whole and
 streamed; a timed run's quality columns; an experiment that fails midway (the same rows before it, the same
-message, whichever head fails first in head order); and -j's bad values (exit 2, one line).
+message, whichever head fails first in head order); -j's bad values (exit 2, one line), written apart or attached
+("-j2").
 
 Run from the project root after `. scripts/numeric-env.sh`: /usr/bin/python3 tests/test_jobs_run.py
 (KVC=path overrides ./kvc). About 15 s of CPU.
@@ -122,13 +123,28 @@ def main():
                p1.stdout == p2.stdout and "kvc: note: -j 2: the evaluation runs on one thread under a finite ulimit"
                in err else "exit %d/%d, same rows %s, stderr %r" % (p1.returncode, p2.returncode,
                                                                     p1.stdout == p2.stdout, err[-300:]))
+    # "-j2" as make spells it: the value attached to the one-letter option, the same rows as "-j 2"
+    p3 = subprocess.run([KVC, "run", "configs/lesson.json", "--format", "csv", "--no-timing", "-j2"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    report("jobs-attached-value", None if p3.returncode == 0 and p3.stdout == p1.stdout and p1.stdout else
+           "exit %d, same rows as -j 1: %s, stderr %r" % (p3.returncode, p3.stdout == p1.stdout, p3.stderr[-300:]))
     for bad in ("0", "65", "x", "1.5", ""):
-        p = subprocess.run([KVC, "run", "configs/lesson.json", "-j", bad], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=60)
-        lines = p.stderr.decode().splitlines()
-        report("jobs-bad-value-%s" % (bad or "empty"), None if p.returncode == 2 and not p.stdout and
-               lines and lines[0].startswith("kvc: run: -j: ") and "(got" in lines[0] else
-               "exit %d, stdout %r, stderr %r" % (p.returncode, p.stdout[:80], p.stderr[:300]))
+        for words in (["-j", bad], ["-j" + bad] if bad else None):
+            if words is None:
+                continue
+            p = subprocess.run([KVC, "run", "configs/lesson.json"] + words, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=60)
+            lines = p.stderr.decode().splitlines()
+            report("jobs-bad-value-%s%s" % (bad or "empty", "-attached" if len(words) == 1 else ""),
+                   None if p.returncode == 2 and not p.stdout and len(lines) == 1 and
+                   lines[0].startswith("kvc: run: -j: ") and '(got "%s")' % bad in lines[0] else
+                   "exit %d, stdout %r, stderr %r" % (p.returncode, p.stdout[:80], p.stderr[:300]))
+    # a flag is never read as a flag with a value: "-qq" stays an unknown option
+    p = subprocess.run([KVC, "run", "configs/lesson.json", "-qq"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=60)
+    report("jobs-flag-not-attached", None if p.returncode == 2 and not p.stdout and
+           p.stderr.decode().startswith("kvc: run: unknown option") else
+           "exit %d, stderr %r" % (p.returncode, p.stderr[:300]))
     return checks.status()
 
 

@@ -70,6 +70,15 @@ int opt_next(OptParser *p)
     const char *eq = strchr(a, '=');
     size_t n = eq ? (size_t)(eq - a) : strlen(a);
     int k = find(p->spec, a, n);
+    if (k < 0 && a[1] != '-' && a[2] != '\0') {   /* "-j4": a short option with its value attached */
+        int s = find(p->spec, a, 2);
+        if (s >= 0 && p->spec[s].has_value) {
+            const OptSpec *o = &p->spec[s];
+            snprintf(p->where, sizeof p->where, "%s: %s", p->cmd, o->name);
+            p->value = a + 2;
+            return s;
+        }
+    }
     if (k < 0) return unknown(p, a, n), OPT_ERROR;
     const OptSpec *o = &p->spec[k];
     snprintf(p->where, sizeof p->where, "%s: %s", p->cmd, o->name);

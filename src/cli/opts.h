@@ -3,7 +3,8 @@
  * A command lists its options in a table of OptSpec, ended by {NULL}, and reads its words with opt_next().
  * The rules are the same for every command:
  *  - an option with a value is written "--name VALUE" or "--name=VALUE"; the word after "--name" is its value
- *    whatever it looks like ("--head-dim -5" hands "-5" to --head-dim, which then refuses it);
+ *    whatever it looks like ("--head-dim -5" hands "-5" to --head-dim, which then refuses it); a one-letter
+ *    spelling also takes its value attached ("-j4" as "-j 4", "-oout.csv" as "-o out.csv");
  *  - a flag takes no value: "--per-head=1" is refused ("run: --per-head: takes no value (got \"1\")");
  *  - an option may be given again: the command decides whether the last one counts or each one is collected
  *    (--set);
