@@ -15,46 +15,70 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the draws, one layer at a time ----
+/* ---- the draws, a chunk of heads of one layer at a time ----
  *
  * Every draw of the data is a block of L x c numbers whose layer-l part is the c numbers at l x c (the blocks are
- * C order with the layer axis first). A Gen hands out layer l's part of each block in turn. The record pass
- * (record = 1) runs the generator once through every block, keeps the generator's state at the start of each
- * layer's part and returns layer 0's part; afterwards any layer's part of any block is made from its state, in any
- * order, without the others. The rng state is the whole state (no pending normal), so this is exact. */
+ * C order with the layer axis first). A layer's part is itself made of `nparts` equal parts, one per KV head, per
+ * head group, per query head, or one shared part (the block's second axis, README "Draw order"). A Gen hands out
+ * the parts a chunk of KV heads needs of each block in turn. The record pass (record = 1) runs the generator once
+ * through every block, keeps the generator's state at the start of each piece of each layer's part (pieces never
+ * straddle a part) and returns the first chunk's parts of layer 0; afterwards any parts of any layer's part of any
+ * block are made from their states, in any order, without the others. The rng state is the whole state (no pending
+ * normal), so this is exact. */
+typedef struct GenBlock {
+    size_t off;     /* its first state in Gen.states: (L, P) states, layer-major */
+    size_t P;       /* pieces of a layer's part: nparts x per part */
+} GenBlock;
+
 typedef struct Gen {
     rng r;          /* record pass: the running generator */
     int record;
     size_t L, l;    /* layers; the layer made (0 in the record pass) */
     size_t k;       /* the next block */
-    rng *states;    /* (nblocks, L, GEN_PIECES): the state at the start of each piece of layer l's part of block k */
-    size_t nblocks, cap;
+    GenBlock *blocks;
+    size_t nblocks, bcap;
+    rng *states;
+    size_t nstates, scap;
     Pool *pool;     /* replay: pieces on these threads (NULL: in turn) */
 } Gen;
 
-/* A layer's part of a block of at least GEN_PIECE_MIN draws is made in GEN_PIECES pieces, the state at each
- * piece's start recorded, so that a replay makes the pieces at once on threads. The pieces depend on the part's
- * size only: the numbers are the same whether made in one go, in pieces, in turn or at once. */
+/* A part of at least GEN_PIECE_MIN draws is made in pieces, about GEN_PIECES to a layer's part, the state at each
+ * piece's start recorded, so that a replay makes the pieces at once on threads. The pieces depend on the sizes
+ * only: the numbers are the same whether made in one go, in pieces, in turn or at once. */
 enum { GEN_PIECES = 8, GEN_PIECE_MIN = 65536 };
 
-static size_t gen_pieces(size_t c) { return c >= GEN_PIECE_MIN ? GEN_PIECES : 1; }
+static size_t gen_per_part(size_t c, size_t nparts)
+{
+    return c >= GEN_PIECE_MIN ? (GEN_PIECES + nparts - 1) / nparts : 1;
+}
 
-/* The states of layer l's part of the next block (a new block in the record pass). */
-static rng *gen_block(Gen *g)
+/* The next block, with nparts parts of c / nparts draws per layer (a new block in the record pass). */
+static const GenBlock *gen_block(Gen *g, size_t c, size_t nparts)
 {
     if (g->record) {
-        if (g->nblocks == g->cap) {
-            size_t cap = g->cap ? 2 * g->cap : 16;
-            rng *st = xmalloc(cap * g->L * GEN_PIECES * sizeof *st);
-            if (g->nblocks) memcpy(st, g->states, g->nblocks * g->L * GEN_PIECES * sizeof *st);
-            free(g->states);
-            g->states = st;
-            g->cap = cap;
+        size_t P = nparts * gen_per_part(c, nparts);
+        if (g->nblocks == g->bcap) {
+            g->bcap = g->bcap ? 2 * g->bcap : 16;
+            GenBlock *b = xmalloc(g->bcap * sizeof *b);
+            if (g->nblocks) memcpy(b, g->blocks, g->nblocks * sizeof *b);
+            free(g->blocks);
+            g->blocks = b;
         }
-        g->nblocks++;
+        size_t need = g->nstates + g->L * P;
+        if (need > g->scap) {
+            size_t cap = g->scap ? 2 * g->scap : 256;
+            while (cap < need) cap *= 2;
+            rng *s = xmalloc(cap * sizeof *s);
+            if (g->nstates) memcpy(s, g->states, g->nstates * sizeof *s);
+            free(g->states);
+            g->states = s;
+            g->scap = cap;
+        }
+        g->blocks[g->nblocks++] = (GenBlock){g->nstates, P};
+        g->nstates = need;
     }
     assert(g->k < g->nblocks);
-    return &g->states[(g->k++ * g->L + g->l) * GEN_PIECES];
+    return &g->blocks[g->k++];
 }
 
 static void draw(rng *r, double *x, size_t n, int gauss)
@@ -65,122 +89,167 @@ static void draw(rng *r, double *x, size_t n, int gauss)
 }
 
 typedef struct Pieces {
-    const rng *s;
-    double *x;
-    size_t c, P;
+    const rng *s;   /* the states of pieces p0.. */
+    double *x;      /* the draws of piece p0 start here */
+    size_t c, P, p0;
     int gauss;
 } Pieces;
 
-static void piece(void *arg, size_t p, int tid)
+static void piece(void *arg, size_t i, int tid)
 {
     (void)tid;
     const Pieces *w = arg;
-    size_t a = w->c * p / w->P, b = w->c * (p + 1) / w->P;
-    rng r = w->s[p];
-    draw(&r, w->x + a, b - a, w->gauss);
+    size_t p = w->p0 + i, a = w->c * p / w->P, b = w->c * (p + 1) / w->P, x0 = w->c * w->p0 / w->P;
+    rng r = w->s[i];
+    draw(&r, w->x + (a - x0), b - a, w->gauss);
 }
 
-/* Layer g->l's part of the next block: c draws of next(). The record pass draws the whole block. */
-static void gen_fill(Gen *g, double *x, size_t c, int gauss)
+/* Parts [p0, p0 + np) of layer g->l's part of the next block, c draws in nparts parts: np c / nparts numbers into
+ * x. The record pass draws the whole block and keeps layer 0's parts. */
+static void gen_fill(Gen *g, double *x, size_t c, size_t nparts, size_t p0, size_t np, int gauss)
 {
-    rng *s = gen_block(g);
-    size_t P = gen_pieces(c);
+    assert(c % nparts == 0 && p0 + np <= nparts);
+    const GenBlock *bk = gen_block(g, c, nparts);
+    size_t P = bk->P, sp = P / nparts, q0 = p0 * sp, nq = np * sp;
+    rng *s = g->states + bk->off;
     if (!g->record) {
-        Pieces w = {s, x, c, P, gauss};
-        if (g->pool && P > 1) pool_run(g->pool, piece, &w, P);
+        Pieces w = {s + g->l * P + q0, x, c, P, q0, gauss};
+        if (g->pool && nq > 1) pool_run(g->pool, piece, &w, nq);
         else
-            for (size_t p = 0; p < P; p++) piece(&w, p, 0);
+            for (size_t i = 0; i < nq; i++) piece(&w, i, 0);
         return;
     }
     double skip[1024];
+    size_t x0 = c * q0 / P;
     for (size_t l = 0; l < g->L; l++)
         for (size_t p = 0; p < P; p++) {
             size_t a = c * p / P, b = c * (p + 1) / P;
-            s[l * GEN_PIECES + p] = g->r;
+            int keep = l == 0 && p >= q0 && p < q0 + nq;
+            s[l * P + p] = g->r;
             for (size_t i = a; i < b;) {
-                size_t n = l == 0 ? b - a : (b - i < 1024 ? b - i : 1024);
-                draw(&g->r, l == 0 ? x + a : skip, n, gauss);
+                size_t n = keep ? b - a : (b - i < 1024 ? b - i : 1024);
+                draw(&g->r, keep ? x + (a - x0) : skip, n, gauss);
                 i += n;
             }
         }
 }
 
-static double *normal(Gen *g, size_t c)
+/* The KV heads [h0, h0 + nh) of a layer, and the parts of a block they need. */
+typedef struct Chunk {
+    size_t h0, nh;
+} Chunk;
+
+typedef enum { PART_ONE, PART_HEAD, PART_GROUP, PART_QHEAD } PartKind;
+
+static size_t part_count(const Config *cfg, PartKind kind)
 {
-    double *x = xmalloc(c * sizeof *x);
-    gen_fill(g, x, c, 1);
+    size_t H = cfg->kv_heads;
+    return kind == PART_HEAD ? H : kind == PART_GROUP ? H / cfg->head_group : kind == PART_QHEAD ? cfg->q_heads : 1;
+}
+
+/* The parts [*p0, *p0 + *np) of a block of `kind` that chunk ch reads. */
+static void chunk_parts(const Config *cfg, Chunk ch, PartKind kind, size_t *p0, size_t *np)
+{
+    size_t g = cfg->head_group, G = cfg->q_heads / cfg->kv_heads;
+    switch (kind) {
+    case PART_HEAD: *p0 = ch.h0; *np = ch.nh; return;
+    case PART_GROUP: *p0 = ch.h0 / g; *np = (ch.h0 + ch.nh - 1) / g + 1 - *p0; return;
+    case PART_QHEAD: *p0 = ch.h0 * G; *np = ch.nh * G; return;
+    case PART_ONE: *p0 = 0; *np = 1; return;
+    }
+}
+
+/* Chunk ch's parts of the next block of c draws laid out by `kind`: a new array of (its parts) x c / nparts. */
+static double *gen_parts(Gen *g, const Config *cfg, Chunk ch, PartKind kind, size_t c, int gauss)
+{
+    size_t nparts = part_count(cfg, kind), p0, np;
+    chunk_parts(cfg, ch, kind, &p0, &np);
+    double *x = xmalloc(np * (c / nparts) * sizeof *x);
+    gen_fill(g, x, c, nparts, p0, np, gauss);
     return x;
 }
 
-static double *uniform(Gen *g, size_t c)
+static double *normal(Gen *g, const Config *cfg, Chunk ch, PartKind kind, size_t c)
 {
-    double *x = xmalloc(c * sizeof *x);
-    gen_fill(g, x, c, 0);
-    return x;
+    return gen_parts(g, cfg, ch, kind, c, 1);
 }
 
-/* One layer's keys by the keys recipe, (Hx, T, D): normal N; lowrank (A @ B) * scale (+ noise * N). */
-static double *keys_content(Gen *r, const Config *cfg, size_t Hx)
+static double *uniform(Gen *g, const Config *cfg, Chunk ch, PartKind kind, size_t c)
 {
-    size_t B = Hx, T = cfg->dims.T, D = cfg->dims.D, n = B * T * D;
-    if (cfg->keys_gen == KEYS_NORMAL) return normal(r, n);
+    return gen_parts(g, cfg, ch, kind, c, 0);
+}
+
+/* Chunk ch's keys by the keys recipe, one array per part of `kind` it reads ((nh, T, D) for PART_HEAD, its groups
+ * for PART_GROUP): normal N; lowrank (A @ B) * scale (+ noise * N). */
+static double *keys_content(Gen *r, const Config *cfg, Chunk ch, PartKind kind)
+{
+    size_t B = part_count(cfg, kind), T = cfg->dims.T, D = cfg->dims.D, p0, np;
+    chunk_parts(cfg, ch, kind, &p0, &np);
+    size_t n = np * T * D;
+    if (cfg->keys_gen == KEYS_NORMAL) return normal(r, cfg, ch, kind, B * T * D);
     size_t R = cfg->keys_rank;
-    double *A = normal(r, B * T * R), *Bm = normal(r, B * R * D), *K = xmalloc(n * sizeof *K);
-    for (size_t b = 0; b < B; b++) la_matmul(K + b * T * D, A + b * T * R, Bm + b * R * D, T, R, D);
+    double *A = normal(r, cfg, ch, kind, B * T * R), *Bm = normal(r, cfg, ch, kind, B * R * D);
+    double *K = xmalloc(n * sizeof *K);
+    for (size_t b = 0; b < np; b++) la_matmul(K + b * T * D, A + b * T * R, Bm + b * R * D, T, R, D);
     for (size_t i = 0; i < n; i++) K[i] = K[i] * cfg->keys_scale;
     free(A);
     free(Bm);
     if (cfg->keys_noise > 0) {
-        double *E = normal(r, n);
+        double *E = normal(r, cfg, ch, kind, B * T * D);
         for (size_t i = 0; i < n; i++) K[i] = K[i] + cfg->keys_noise * E[i];
         free(E);
     }
     return K;
 }
 
-/* x[h] = sqrt(1 - rho) x[h] + sqrt(rho) c[h / g]; x is (H, m), c is (H / g, m): one layer. */
-static void mix_heads(double *x, const double *c, size_t H, size_t g, size_t m, double rho)
+/* x[h] = sqrt(1 - rho) x[h] + sqrt(rho) c[h / g] for the chunk's heads: x is (nh, m), c its groups' (., m). */
+static void mix_heads(double *x, const double *c, Chunk ch, size_t g, size_t m, double rho)
 {
     double a = sqrt(1 - rho), b = sqrt(rho);
-    for (size_t h = 0; h < H; h++) {
-        double *xp = x + h * m;
-        const double *cp = c + (h / g) * m;
-        for (size_t i = 0; i < m; i++) xp[i] = a * xp[i] + b * cp[i];
+    for (size_t i = 0; i < ch.nh; i++) {
+        double *xp = x + i * m;
+        const double *cp = c + ((ch.h0 + i) / g - ch.h0 / g) * m;
+        for (size_t t = 0; t < m; t++) xp[t] = a * xp[t] + b * cp[t];
     }
 }
 
-/* One layer's set of queries, (nh, n, D). Head j of the set reads KV head j / per of Kq (H, T, D).
- * pos NULL: evaluation queries (targets in 0..T-1); else query k sits at pos[k] and sees tokens 0..pos[k]. */
-static double *make_queries(Gen *r, const QuerySpec *qs, const double *Kq, size_t T, size_t D, size_t nh,
-                            size_t per, size_t n, const size_t *pos)
+/* Chunk ch's part of one layer's set of queries: the set has one head per part of `kind` (PART_HEAD: per = 1,
+ * PART_QHEAD: per = G) and n queries per head; set head j reads KV head j / per, which Kq (nh, T, D) holds from
+ * ch.h0 on. Returns (the chunk's set heads, n, D). pos NULL: evaluation queries (targets in 0..T-1); else query k
+ * sits at pos[k] and sees tokens 0..pos[k]. */
+static double *make_queries(Gen *r, const Config *cfg, const QuerySpec *qs, const double *Kq, Chunk ch,
+                            PartKind kind, size_t per, size_t n, const size_t *pos)
 {
-    size_t nq = nh * n;
+    size_t T = cfg->dims.T, D = cfg->dims.D, nh = part_count(cfg, kind), j0, nj;
+    chunk_parts(cfg, ch, kind, &j0, &nj);
+    size_t nq = nj * n;   /* the chunk's queries; the set has nh * n */
     double *q = xmalloc(nq * D * sizeof *q);
     if (qs->gen == QUERY_LOOK_BACK) {
         size_t *tgt = xmalloc(nq * sizeof *tgt);
         if (qs->tokens) {
             for (size_t i = 0; i < nq; i++) tgt[i] = qs->tokens[i % n];
         } else {
-            double *u = uniform(r, nq);
+            double *u = uniform(r, cfg, ch, kind, nh * n);
             for (size_t i = 0; i < nq; i++) {
                 size_t range = pos ? pos[i % n] + 1 : T, t = (size_t)(u[i] * (double)range);
                 tgt[i] = t < range ? t : range - 1;
             }
             free(u);
         }
-        for (size_t j = 0; j < nh; j++)
+        for (size_t j = 0; j < nj; j++)
             for (size_t k = 0; k < n; k++) {
                 size_t i = j * n + k;
-                const double *key = Kq + ((j / per) * T + tgt[i]) * D;
+                const double *key = Kq + (((j0 + j) / per - ch.h0) * T + tgt[i]) * D;
                 for (size_t c = 0; c < D; c++) q[i * D + c] = key[c] * qs->weight;
             }
         free(tgt);
     } else {
-        double *a = normal(r, nq * T);
+        double *a = normal(r, cfg, ch, kind, nh * n * T);
         if (pos)
             for (size_t i = 0; i < nq; i++)
                 for (size_t t = pos[i % n] + 1; t < T; t++) a[i * T + t] = 0.0;
-        for (size_t j = 0; j < nh; j++) la_matmul(q + j * n * D, a + j * n * T, Kq + (j / per) * T * D, n, T, D);
+        for (size_t j = 0; j < nj; j++)
+            la_matmul(q + j * n * D, a + j * n * T, Kq + ((j0 + j) / per - ch.h0) * T * D, n, T, D);
         for (size_t i = 0; i < nq; i++) {
             double root = sqrt((double)(pos ? pos[i % n] + 1 : T));
             for (size_t c = 0; c < D; c++) q[i * D + c] = q[i * D + c] / root * qs->weight;
@@ -188,26 +257,25 @@ static double *make_queries(Gen *r, const QuerySpec *qs, const double *Kq, size_
         free(a);
     }
     if (qs->noise > 0) {
-        double *z = normal(r, nq * D);
+        double *z = normal(r, cfg, ch, kind, nh * n * D);
         for (size_t i = 0; i < nq * D; i++) q[i] = q[i] + qs->noise * z[i];
         free(z);
     }
     return q;
 }
 
-/* One layer's evaluation queries (Hq, N, D), with the GQA-group blend when query.head_correlation > 0. */
-static double *eval_queries(Gen *r, const Config *cfg, const double *Kq)
+/* The chunk's evaluation queries (nh G, N, D), with the GQA-group blend when query.head_correlation > 0. */
+static double *eval_queries(Gen *r, const Config *cfg, const double *Kq, Chunk ch)
 {
     const QuerySpec *qs = &cfg->query;
-    size_t H = cfg->kv_heads, Hq = cfg->q_heads, G = Hq / H;
-    size_t T = cfg->dims.T, D = cfg->dims.D, N = qs->n;
+    size_t G = cfg->q_heads / cfg->kv_heads, N = qs->n, D = cfg->dims.D, nq = ch.nh * G;
     double rho = qs->head_correlation;
-    if (rho == 0) return make_queries(r, qs, Kq, T, D, Hq, G, N, NULL);
-    double *shared = make_queries(r, qs, Kq, T, D, H, 1, N, NULL);
-    double *own = rho < 1 ? make_queries(r, qs, Kq, T, D, Hq, G, N, NULL) : NULL;
-    double *Q = xmalloc(Hq * N * D * sizeof *Q);
+    if (rho == 0) return make_queries(r, cfg, qs, Kq, ch, PART_QHEAD, G, N, NULL);
+    double *shared = make_queries(r, cfg, qs, Kq, ch, PART_HEAD, 1, N, NULL);
+    double *own = rho < 1 ? make_queries(r, cfg, qs, Kq, ch, PART_QHEAD, G, N, NULL) : NULL;
+    double *Q = xmalloc(nq * N * D * sizeof *Q);
     double a = sqrt(rho), b = sqrt(1 - rho);
-    for (size_t hq = 0; hq < Hq; hq++) {
+    for (size_t hq = 0; hq < nq; hq++) {
         double *qp = Q + hq * N * D;
         const double *sp = shared + (hq / G) * N * D, *op = own ? own + hq * N * D : NULL;
         for (size_t i = 0; i < N * D; i++) qp[i] = op ? a * sp[i] + b * op[i] : sp[i];
@@ -218,15 +286,15 @@ static double *eval_queries(Gen *r, const Config *cfg, const double *Kq)
 }
 
 /* query.bias: u = N(H, D) per layer; every evaluation and observation query of KV head h gets + bias * u[h]. */
-static void add_bias(Gen *r, const Config *cfg, double *Q, double *O)
+static void add_bias(Gen *r, const Config *cfg, Chunk ch, double *Q, double *O)
 {
-    size_t H = cfg->kv_heads, Hq = cfg->q_heads, G = Hq / H, D = cfg->dims.D;
-    double *u = normal(r, H * D);
+    size_t H = cfg->kv_heads, G = cfg->q_heads / H, D = cfg->dims.D;
+    double *u = normal(r, cfg, ch, PART_HEAD, H * D);
     double *sets[2] = {Q, O};
     size_t counts[2] = {Q ? cfg->query.n : 0, O ? cfg->observe.n : 0};
     for (int k = 0; k < 2; k++) {
         if (!sets[k]) continue;
-        for (size_t hq = 0; hq < Hq; hq++)
+        for (size_t hq = 0; hq < ch.nh * G; hq++)
             for (size_t n = 0; n < counts[k]; n++) {
                 double *q = sets[k] + (hq * counts[k] + n) * D;
                 const double *up = u + (hq / G) * D;
@@ -277,22 +345,25 @@ static void smallest_k(size_t *out, const double *u, size_t n, size_t k, size_t 
     free(s);
 }
 
-/* keys.outlier_channels, one layer: `count` channels get a constant offset sign * m * median|K[h]| (K is (H, T, D)).
- * med (H,): the medians, computed here and kept (known 0), or known from an earlier making of the layer (1). */
-static void outlier_channels(Gen *r, const Config *cfg, double *K, unsigned char *mask, double *med, int known)
+/* keys.outlier_channels, one layer's chunk: `count` channels get a constant offset sign * m * median|K[h]| (K is
+ * the chunk's (nh, T, D)). med (H,): the layer's medians, computed here for the chunk's heads and kept (known 0),
+ * or known from an earlier making of the layer (1). */
+static void outlier_channels(Gen *r, const Config *cfg, Chunk ch, double *K, unsigned char *mask, double *med,
+                             int known)
 {
     size_t H = cfg->kv_heads, T = cfg->dims.T, D = cfg->dims.D, n = cfg->oc_count;
-    double *u = uniform(r, D), *mu = uniform(r, H * n), *su = uniform(r, H * n);
+    double *u = uniform(r, cfg, ch, PART_ONE, D), *mu = uniform(r, cfg, ch, PART_HEAD, H * n);
+    double *su = uniform(r, cfg, ch, PART_HEAD, H * n);
     size_t *chan = xmalloc(n * sizeof *chan);
     smallest_k(chan, u, D, n, 0);
     for (size_t k = 0; k < n; k++) mask[chan[k]] = 1;
-    for (size_t h = 0; h < H; h++) {
+    for (size_t h = 0; h < ch.nh; h++) {
         double *Kh = K + h * T * D;
-        if (!known) med[h] = median_abs(Kh, T * D);
+        if (!known) med[ch.h0 + h] = median_abs(Kh, T * D);
         for (size_t k = 0; k < n; k++) {
             size_t i = h * n + k;
             double m = cfg->oc_lo * pow(cfg->oc_hi / cfg->oc_lo, mu[i]);
-            double off = (su[i] < 0.5 ? -1.0 : 1.0) * m * med[h];
+            double off = (su[i] < 0.5 ? -1.0 : 1.0) * m * med[ch.h0 + h];
             for (size_t t = 0; t < T; t++) Kh[t * D + chan[k]] = Kh[t * D + chan[k]] + off;
         }
     }
@@ -355,16 +426,17 @@ static void give_share(const Shaper *s, const size_t *set, size_t n, double shar
     free(is_in);
 }
 
-/* One layer: Ka (H, T, D) the attention-space keys, Kp the pre-RoPE cache keys or NULL, Q (Hq, N, D). */
-static void shape_attention(Gen *r, const Config *cfg, const Rope *rope, const double *Q, double *Ka, double *Kp)
+/* One layer's chunk: Ka (nh, T, D) the attention-space keys, Kp the pre-RoPE cache keys or NULL, Q (nh G, N, D). */
+static void shape_attention(Gen *r, const Config *cfg, Chunk ch, const Rope *rope, const double *Q, double *Ka,
+                            double *Kp)
 {
-    size_t H = cfg->kv_heads, Hq = cfg->q_heads, G = Hq / H, T = cfg->dims.T, D = cfg->dims.D;
+    size_t H = cfg->kv_heads, G = cfg->q_heads / H, T = cfg->dims.T, D = cfg->dims.D;
     size_t N = Q ? cfg->query.n : 0, ns = cfg->sink_tokens;
-    double *z = cfg->hh_spread > 0 ? normal(r, H * T) : NULL;
-    double *u = cfg->hh_count > 0 ? uniform(r, H * (T - ns)) : NULL;
+    double *z = cfg->hh_spread > 0 ? normal(r, cfg, ch, PART_HEAD, H * T) : NULL;
+    double *u = cfg->hh_count > 0 ? uniform(r, cfg, ch, PART_HEAD, H * (T - ns)) : NULL;
     double *qbar = xmalloc(D * sizeof *qbar), *row = xmalloc(D * sizeof *row);
     size_t *set = xmalloc(T * sizeof *set);
-    for (size_t h = 0; h < H; h++) {
+    for (size_t h = 0; h < ch.nh; h++) {
         for (size_t j = 0; j < D; j++) qbar[j] = 0.0;
         for (size_t i = 0; i < G * N; i++) {
             const double *q = Q + (h * G * N + i) * D;
@@ -398,38 +470,40 @@ static void shape_attention(Gen *r, const Config *cfg, const Rope *rope, const d
     free(set);
 }
 
-/* ---- one layer of the data ---- */
+/* ---- one chunk of heads of one layer of the data ---- */
 
 typedef struct LayerOut {
-    double *K, *V, *Q, *O;      /* (H, T, D), (H, T, D) or NULL, (Hq, N, D) or NULL, (Hq, W, D) or NULL */
+    double *K, *V, *Q, *O;      /* (nh, T, D), (nh, T, D) or NULL, (nh G, N, D) or NULL, (nh G, W, D) or NULL */
 } LayerOut;
 
-/* Layer g->l of the data, in the draw order (README "Draw order") restricted to that layer. rope: the table
- * (dims 0 without RoPE); mask: (D,) the layer's outlier mask, set here, or NULL when there is none. */
-static void make_layer(Gen *r, const Config *cfg, const Rope *rope, const size_t *obs_pos, unsigned char *mask,
-                       double *med, int med_known, LayerOut *o)
+/* KV heads ch of layer g->l of the data (and the queries of their query heads), in the draw order (README "Draw
+ * order") restricted to them. rope: the table (dims 0 without RoPE); mask: (D,) the layer's outlier mask, set
+ * here, or NULL when there is none; med: the layer's (H,) outlier-channel medians. */
+static void make_chunk(Gen *r, const Config *cfg, Chunk ch, const Rope *rope, const size_t *obs_pos,
+                       unsigned char *mask, double *med, int med_known, LayerOut *o)
 {
     size_t H = cfg->kv_heads, Hq = cfg->q_heads, T = cfg->dims.T, D = cfg->dims.D;
-    size_t g = cfg->head_group, m = T * D, n = H * m;
+    size_t g = cfg->head_group, m = T * D, n = ch.nh * m;
     memset(o, 0, sizeof *o);
 
     /* 1. keys, 2. their head correlation, 3. keys.outliers */
-    double *K = keys_content(r, cfg, H);
+    double *K = keys_content(r, cfg, ch, PART_HEAD);
     if (cfg->head_rho > 0) {
-        double *C = keys_content(r, cfg, H / g);
-        mix_heads(K, C, H, g, m, cfg->head_rho);
+        double *C = keys_content(r, cfg, ch, PART_GROUP);
+        mix_heads(K, C, ch, g, m, cfg->head_rho);
         free(C);
     }
     for (size_t oi = 0; oi < cfg->n_outliers; oi++)
-        for (size_t row = 0; row < H * T; row++) K[row * D + cfg->outliers[oi].channel] *= cfg->outliers[oi].scale;
+        for (size_t row = 0; row < ch.nh * T; row++)
+            K[row * D + cfg->outliers[oi].channel] *= cfg->outliers[oi].scale;
     for (size_t oi = 0; mask && oi < cfg->n_outliers; oi++) mask[cfg->outliers[oi].channel] = 1;
 
     /* 4. values and their head correlation */
     if (cfg->dims.has_values) {
-        o->V = normal(r, n);
+        o->V = normal(r, cfg, ch, PART_HEAD, H * m);
         if (cfg->head_rho > 0) {
-            double *C = normal(r, (H / g) * m);
-            mix_heads(o->V, C, H, g, m, cfg->head_rho);
+            double *C = normal(r, cfg, ch, PART_GROUP, (H / g) * m);
+            mix_heads(o->V, C, ch, g, m, cfg->head_rho);
             free(C);
         }
     }
@@ -440,27 +514,27 @@ static void make_layer(Gen *r, const Config *cfg, const Rope *rope, const size_t
         if (cfg->has_rope) {
             Kq = xmalloc(n * sizeof *Kq);
             memcpy(Kq, K, n * sizeof *Kq);
-            for (size_t h = 0; h < H; h++) rope_apply(rope, Kq + h * m, NULL, T, 0);
+            for (size_t h = 0; h < ch.nh; h++) rope_apply(rope, Kq + h * m, NULL, T, 0);
         }
-        if (cfg->dims.has_query) o->Q = eval_queries(r, cfg, Kq);
+        if (cfg->dims.has_query) o->Q = eval_queries(r, cfg, Kq, ch);
         if (cfg->observe.n > 0)
-            o->O = make_queries(r, &cfg->observe, Kq, T, D, Hq, Hq / H, cfg->observe.n, obs_pos);
+            o->O = make_queries(r, cfg, &cfg->observe, Kq, ch, PART_QHEAD, Hq / H, cfg->observe.n, obs_pos);
         if (Kq != K) free(Kq);
-        if (cfg->q_bias > 0) add_bias(r, cfg, o->Q, o->O);
+        if (cfg->q_bias > 0) add_bias(r, cfg, ch, o->Q, o->O);
     }
 
     /* 7. outlier channels per layer (pre-RoPE) */
-    if (cfg->oc_count > 0) outlier_channels(r, cfg, K, mask, med, med_known);
+    if (cfg->oc_count > 0) outlier_channels(r, cfg, ch, K, mask, med, med_known);
 
     /* 8. RoPE, 9. spread, heavy hitters, recent tokens and sinks in attention space */
     double *Ka = K;
     if (cfg->has_rope) {
         Ka = xmalloc(n * sizeof *Ka);
         memcpy(Ka, K, n * sizeof *Ka);
-        for (size_t h = 0; h < H; h++) rope_apply(rope, Ka + h * m, NULL, T, 0);
+        for (size_t h = 0; h < ch.nh; h++) rope_apply(rope, Ka + h * m, NULL, T, 0);
     }
     if (cfg->hh_spread > 0 || cfg->hh_count > 0 || cfg->recent_tokens > 0 || cfg->sink_tokens > 0)
-        shape_attention(r, cfg, rope, o->Q, Ka, cfg->has_rope && cfg->rope_cache_pre ? K : NULL);
+        shape_attention(r, cfg, ch, rope, o->Q, Ka, cfg->has_rope && cfg->rope_cache_pre ? K : NULL);
 
     /* the cache: pre-RoPE keys (attention rotates them) or the keys attention reads */
     if (cfg->has_rope && cfg->rope_cache_pre) {
@@ -516,22 +590,24 @@ typedef struct Check {
 
 static const char *const check_names[4] = {"keys", "values", "evaluation queries", "observation queries"};
 
-/* Layer l: K, V (H, T, D), Q (Hq, N, D), O (Hq, W, D), each NULL if absent. */
-static void check_layer(Check *c, const Data *d, size_t l, const double *K, const double *V, const double *Q,
-                        const double *O)
+/* Chunk ch of layer l: K, V (nh, T, D), Q (nh G, N, D), O (nh G, W, D), each NULL if absent. */
+static void check_chunk(Check *c, const Data *d, size_t l, Chunk ch, const double *K, const double *V,
+                        const double *Q, const double *O)
 {
     size_t m = d->T * d->D, G = d->H ? d->Hq / d->H : 1, at;
     const double *x[4] = {K, V, Q, O};
-    size_t n[4] = {d->H * m, d->H * m, d->Hq * d->N * d->D, d->Hq * d->W * d->D};
+    size_t n[4] = {ch.nh * m, ch.nh * m, ch.nh * G * d->N * d->D, ch.nh * G * d->W * d->D};
+    size_t per_layer[4] = {d->H * m, d->H * m, d->Hq * d->N * d->D, d->Hq * d->W * d->D};
+    size_t first[4] = {ch.h0 * m, ch.h0 * m, ch.h0 * G * d->N * d->D, ch.h0 * G * d->W * d->D};
     for (int i = 0; i < 4; i++)
         if (!c->bad[i] && first_not_finite(x[i], n[i], &at) == 0) {
             c->bad[i] = 1;
-            c->at[i] = l * n[i] + at;
+            c->at[i] = l * per_layer[i] + first[i] + at;
             c->val[i] = x[i][at];
         }
     if (c->bad[0] || c->bad[1] || c->bad[2] || c->bad[3] || c->score) return;
     /* |q . k| <= |q| |k| (RoPE rotates keys, norms unchanged): refuse what could overflow a score */
-    for (size_t h = 0; h < d->H; h++) {
+    for (size_t h = 0; h < ch.nh; h++) {
         double kmax = max_row_norm(K + h * m, d->T, d->D), qmax = 0.0;
         for (size_t g = 0; g < G; g++) {
             size_t hq = h * G + g;
@@ -541,7 +617,7 @@ static void check_layer(Check *c, const Data *d, size_t l, const double *K, cons
             if (o > qmax) qmax = o;
         }
         if (kmax > 0 && qmax > DATA_MAX_SCORE / kmax) {
-            *c = (Check){.score = 1, .sl = l, .sh = h, .qmax = qmax, .kmax = kmax};
+            *c = (Check){.score = 1, .sl = l, .sh = ch.h0 + h, .qmax = qmax, .kmax = kmax};
             return;
         }
     }
@@ -584,6 +660,24 @@ int synth_stream_wanted(const Config *cfg)
     return cfg->layers > 1 && n > SYNTH_STREAM_NUMBERS;
 }
 
+static void gen_state_free(DataStream *st)
+{
+    rope_free(&st->rope);
+    pool_free(st->gen.pool);
+    free(st->gen.blocks);
+    free(st->gen.states);
+    free(st->med);
+    free(st);
+}
+
+/* The KV heads made at once when streamed data is made again (data_heads' callers choose theirs; this is the
+ * first making's): as many as threads, so that memory holds the heads in flight only. */
+static size_t stream_chunk(const Config *cfg)
+{
+    size_t H = cfg->kv_heads, n = (size_t)synth_threads;
+    return n < H ? n : H;
+}
+
 static int make_data(Data *d, const Config *cfg, int stream)
 {
     memset(d, 0, sizeof *d);
@@ -602,6 +696,7 @@ static int make_data(Data *d, const Config *cfg, int stream)
     d->D = D;
     d->N = cfg->dims.has_query ? cfg->query.n : 0;
     d->W = cfg->observe.n;
+    size_t G = d->Hq / H;
     if (d->W > 0) {
         d->obs_pos = xmalloc(d->W * sizeof *d->obs_pos);
         for (size_t j = 0; j < d->W; j++) d->obs_pos[j] = T - d->W + j;
@@ -616,41 +711,42 @@ static int make_data(Data *d, const Config *cfg, int stream)
         d->K = xmalloc(L * n * sizeof *d->K);
         if (cfg->dims.has_values) d->V = xmalloc(L * n * sizeof *d->V);
     }
-    /* the record pass makes layer 0 while it draws every block; then every other layer from the recorded states */
+    /* the record pass makes the first chunk while it draws every block; then every other chunk from the recorded
+     * states. Held whole, a layer is one chunk; streamed, a chunk is the heads in flight. */
+    size_t step = stream ? stream_chunk(cfg) : H;
     g->L = L;
     g->record = 1;
-    if (L > 1 && synth_threads > 1) g->pool = pool_create(synth_threads);   /* NULL (no thread): in turn */
+    if (synth_threads > 1 && (L > 1 || stream)) g->pool = pool_create(synth_threads);   /* NULL: in turn */
     Check c = {0};
-    for (size_t l = 0; l < L; l++) {
-        LayerOut o;
-        g->l = l;
-        g->k = 0;
-        make_layer(g, cfg, &st->rope, d->obs_pos, d->outlier_mask ? d->outlier_mask + l * D : NULL,
-                   st->med + l * H, 0, &o);
-        g->record = 0;
-        check_layer(&c, d, l, o.K, o.V, o.Q, o.O);
-        if (o.Q) memcpy(d->Q + l * nq, o.Q, nq * sizeof *o.Q);
-        if (o.O) memcpy(d->O + l * no, o.O, no * sizeof *o.O);
-        if (!stream && L == 1) {
-            d->K = o.K;
-            d->V = o.V;
-            o.K = o.V = NULL;
-        } else if (!stream) {
-            memcpy(d->K + l * n, o.K, n * sizeof *o.K);
-            if (o.V) memcpy(d->V + l * n, o.V, n * sizeof *o.V);
+    for (size_t l = 0; l < L; l++)
+        for (size_t h0 = 0; h0 < H; h0 += step) {
+            Chunk ch = {h0, H - h0 < step ? H - h0 : step};
+            LayerOut o;
+            g->l = l;
+            g->k = 0;
+            make_chunk(g, cfg, ch, &st->rope, d->obs_pos, d->outlier_mask ? d->outlier_mask + l * D : NULL,
+                       st->med + l * H, 0, &o);
+            g->record = 0;
+            check_chunk(&c, d, l, ch, o.K, o.V, o.Q, o.O);
+            size_t qc = ch.nh * G * d->N * D, oc = ch.nh * G * d->W * D;
+            if (o.Q) memcpy(d->Q + l * nq + h0 * G * d->N * D, o.Q, qc * sizeof *o.Q);
+            if (o.O) memcpy(d->O + l * no + h0 * G * d->W * D, o.O, oc * sizeof *o.O);
+            if (!stream && L == 1) {
+                d->K = o.K;
+                d->V = o.V;
+                o.K = o.V = NULL;
+            } else if (!stream) {
+                memcpy(d->K + l * n, o.K, n * sizeof *o.K);
+                if (o.V) memcpy(d->V + l * n, o.V, n * sizeof *o.V);
+            }
+            layer_free(&o);
         }
-        layer_free(&o);
-    }
     if (cfg->has_rope && cfg->rope_cache_pre)   /* attention rotates the cached keys */
         rope_init(&d->rope, cfg->rope_base, cfg->rope_dims, cfg->rope_style == ROPE_INTERLEAVED, T, D);
     if (stream) {
         d->stream = st;
     } else {
-        rope_free(&st->rope);
-        pool_free(g->pool);
-        free(g->states);
-        free(st->med);
-        free(st);
+        gen_state_free(st);
     }
     if (check_report(&c)) {
         data_free(d);
@@ -669,13 +765,14 @@ int synth_data_stream(Data *d, const Config *cfg)
     return make_data(d, cfg, 1);
 }
 
-void data_layer(DataLayer *dl, const Data *d, size_t l)
+void data_heads(DataLayer *dl, const Data *d, size_t l, size_t h0, size_t nh)
 {
     memset(dl, 0, sizeof *dl);
     size_t m = d->T * d->D;
+    assert(nh >= 1 && h0 + nh <= d->H);
     if (!d->stream) {
-        dl->K = d->K + l * d->H * m;
-        dl->V = d->V ? d->V + l * d->H * m : NULL;
+        dl->K = d->K + (l * d->H + h0) * m;
+        dl->V = d->V ? d->V + (l * d->H + h0) * m : NULL;
         return;
     }
     DataStream *st = d->stream;
@@ -684,12 +781,17 @@ void data_layer(DataLayer *dl, const Data *d, size_t l)
     g.k = 0;
     unsigned char *mask = d->outlier_mask ? xcalloc(d->D, 1) : NULL;
     LayerOut o;
-    make_layer(&g, st->cfg, &st->rope, d->obs_pos, mask, st->med + l * d->H, 1, &o);
+    make_chunk(&g, st->cfg, (Chunk){h0, nh}, &st->rope, d->obs_pos, mask, st->med + l * d->H, 1, &o);
     free(mask);
     free(o.Q);
     free(o.O);
     dl->K = dl->ownK = o.K;
     dl->V = dl->ownV = o.V;
+}
+
+void data_layer(DataLayer *dl, const Data *d, size_t l)
+{
+    data_heads(dl, d, l, 0, d->H);
 }
 
 int data_has_values(const Data *d)
@@ -745,13 +847,7 @@ void data_free(Data *d)
     free(d->obs_pos);
     free(d->outlier_mask);
     rope_free(&d->rope);
-    if (d->stream) {
-        rope_free(&d->stream->rope);
-        pool_free(d->stream->gen.pool);
-        free(d->stream->gen.states);
-        free(d->stream->med);
-        free(d->stream);
-    }
+    if (d->stream) gen_state_free(d->stream);
     model_source_free(d->model);
     free(d->model);
     memset(d, 0, sizeof *d);

@@ -6,11 +6,11 @@
  * reproducible in numpy, is README.md "Draw order"; tests/oracle.py implements it independently. With none
  * of the multi-head keys it is the v1 order: keys, values, query.
  *
- * Streamed data (synth_data_stream): K and V are NULL and data_layer makes one layer's keys and values on demand,
- * bit for bit what synth_data holds for that layer: the generator's state is recorded at the start of each
- * layer's part of every block of draws in one pass, and a layer is made again from those states. Q, O, obs_pos and
- * outlier_mask are whole (they are small: (L, Hq, N + W, D)). Memory then holds one layer's tensors at a time
- * instead of L; each layer is made again each time it is asked for (once per experiment in kvc run).
+ * Streamed data (synth_data_stream): K and V are NULL and data_heads makes some KV heads of one layer on demand,
+ * bit for bit what synth_data holds for them: the generator's state is recorded at the start of each piece of
+ * each layer's part of every block of draws in one pass, and any heads are made again from those states. Q, O,
+ * obs_pos and outlier_mask are whole (they are small: (L, Hq, N + W, D)). Memory then holds the heads in flight
+ * instead of L x H; they are made again each time they are asked for.
  *
  * A Data can also be filled from tensors on disk (the hook for data.source "files"): set the sizes, point K,
  * V, Q (and O with obs_pos) at xmalloc'ed arrays of the shapes below, leave rope zeroed (the keys are then
@@ -40,12 +40,13 @@ typedef struct Data {
 
 /* Returns 0, or -1 with kvc_fail set (a seed string that is not a decimal integer, or data_check's refusal). */
 int synth_data(Data *d, const Config *cfg);
-/* The same data, streamed (above): cfg must outlive d. Every layer is made once here (data_check, Q, O, the
- * outlier mask), then again by each data_layer. Returns as synth_data. */
+/* The same data, streamed (above): cfg must outlive d. Every head is made once here (data_check, Q, O, the
+ * outlier mask), then again by each data_heads. Returns as synth_data. */
 int synth_data_stream(Data *d, const Config *cfg);
-/* Threads that data with more than one layer may make its layers' parts on once they are recorded (kvc run -j): a
- * part of at least 65536 draws is recorded in 8 pieces and made again from them at once. The numbers do not depend
- * on it. Default 1. */
+/* Threads that data may make its layers' parts on once they are recorded (kvc run -j): a layer's part of a block
+ * of at least 65536 draws is recorded in about 8 pieces (whole heads, groups or query heads each) and made again
+ * from them at once. Streamed data is first made this many KV heads at a time. The numbers do not depend on it.
+ * Default 1. */
 void synth_set_threads(int n);
 /* 1 when kvc run should stream cfg's data: synthetic, more than one layer, and more than SYNTH_STREAM_NUMBERS
  * numbers per tensor; the environment variable KVC_DATA_STREAM=1 (always) or 0 (never) overrides the size rule
@@ -53,12 +54,15 @@ void synth_set_threads(int n);
 #define SYNTH_STREAM_NUMBERS (1UL << 25)
 int synth_stream_wanted(const Config *cfg);
 
-/* One layer's keys and values, (H, T, D) each (V NULL without values): pointers into d->K / d->V for whole data,
- * else made now (ownK / ownV, freed by data_layer_free). */
+/* KV heads [h0, h0 + nh) of layer l: their keys and values, (nh, T, D) each (V NULL without values): pointers
+ * into d->K / d->V for whole data, else made now (ownK / ownV, freed by data_layer_free), bit for bit the same
+ * numbers. Streamed data makes only those heads: every block of draws is recorded per piece, and a piece never
+ * straddles two KV heads (or groups, or query heads, whichever the block is laid out by). data_layer: all H. */
 typedef struct DataLayer {
     const double *K, *V;
     double *ownK, *ownV;
 } DataLayer;
+void data_heads(DataLayer *dl, const Data *d, size_t l, size_t h0, size_t nh);
 void data_layer(DataLayer *dl, const Data *d, size_t l);
 /* 1 when the data has values (d->V, or values data_layer makes) */
 int data_has_values(const Data *d);
