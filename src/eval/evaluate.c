@@ -37,11 +37,12 @@ int column_is_integer(Column c)
 typedef struct RefWork {
     double *out, *w, *s, *wsum, *Katt;
     const Data *d;
-    size_t l;
+    size_t l, h0;        /* the layer, and the first KV head that dl and the outputs hold */
     const DataLayer *dl;
 } RefWork;
 
-/* KV head h of the layer: its rotated keys, then its G query heads' queries in order (wsum: their sum in order) */
+/* KV head h0 + h of the layer: its rotated keys, then its G query heads' queries in order (wsum: their sum in
+ * order); h indexes the chunk's arrays */
 static void reference_head(void *arg, size_t h, int tid)
 {
     (void)tid;
@@ -54,7 +55,7 @@ static void reference_head(void *arg, size_t h, int tid)
     }
     if (!d->Q || N == 0) return;
     const double *Ka = r->Katt ? r->Katt : r->dl->K;
-    const double *Q = d->Q + r->l * Hq * N * D;
+    const double *Q = d->Q + (r->l * Hq + r->h0 * G) * N * D;
     for (size_t i = h * G * N; i < (h + 1) * G * N; i++) {
         attn_forward_scores(r->out + i * D, r->w + i * T, r->s + i * T, Q + i * D, Ka + h * m,
                             r->dl->V ? r->dl->V + h * m : NULL, T, D);
@@ -63,16 +64,17 @@ static void reference_head(void *arg, size_t h, int tid)
     }
 }
 
-/* The exact attention of layer l's evaluation queries over its data dl: out (Hq, N, D), w and s (Hq, N, T), wsum
- * (H, T) per KV head the sum of w over its G query heads, then queries (zeroed by the caller); with RoPE-cached-pre
- * Katt (H, T, D), the keys attention reads (else NULL: dl->K). KV heads at once on pool (NULL: in turn). */
-static void reference_layer(double *out, double *w, double *s, double *wsum, double *Katt, const Data *d, size_t l,
-                            const DataLayer *dl, Pool *pool)
+/* The exact attention of the evaluation queries of KV heads [h0, h0 + nh) of layer l over their data dl: out
+ * (nh G, N, D), w and s (nh G, N, T), wsum (nh, T) per KV head the sum of w over its G query heads, then queries
+ * (zeroed by the caller); with RoPE-cached-pre Katt (nh, T, D), the keys attention reads (else NULL: dl->K). KV
+ * heads at once on pool (NULL: in turn). */
+static void reference_heads(double *out, double *w, double *s, double *wsum, double *Katt, const Data *d, size_t l,
+                            size_t h0, size_t nh, const DataLayer *dl, Pool *pool)
 {
-    RefWork r = {out, w, s, wsum, Katt, d, l, dl};
-    if (pool && d->H > 1) pool_run(pool, reference_head, &r, d->H);
+    RefWork r = {out, w, s, wsum, Katt, d, l, h0, dl};
+    if (pool && nh > 1) pool_run(pool, reference_head, &r, nh);
     else
-        for (size_t h = 0; h < d->H; h++) reference_head(&r, h, 0);
+        for (size_t h = 0; h < nh; h++) reference_head(&r, h, 0);
 }
 
 void eval_reference(Reference *ref, const Data *d)
@@ -96,43 +98,47 @@ void eval_reference(Reference *ref, const Data *d)
         DataLayer dl;
         data_layer(&dl, d, l);
         size_t q0 = l * Hq * N;
-        reference_layer(queries ? ref->out + q0 * D : NULL, queries ? ref->w + q0 * T : NULL,
+        reference_heads(queries ? ref->out + q0 * D : NULL, queries ? ref->w + q0 * T : NULL,
                         queries ? ref->s + q0 * T : NULL, queries ? ref->wsum + l * H * T : NULL,
-                        ref->Katt ? ref->Katt + l * H * m : NULL, d, l, &dl, pool);
+                        ref->Katt ? ref->Katt + l * H * m : NULL, d, l, 0, H, &dl, pool);
         data_layer_free(&dl);
     }
     pool_free(pool);
 }
 
-/* One layer's view of the reference: pointers into ref, or (streamed data) made now and owned. */
+/* The reference of a chunk of KV heads [h0, h0 + nh) of a layer: pointers into ref, or (streamed data) made now
+ * and owned. q0: the flat index of its first evaluation query, (l Hq + h0 G) N. */
 typedef struct RefLayer {
-    const double *out, *w, *s, *wsum, *Katt;   /* (Hq, N, D), (Hq, N, T) x 2, (H, T), (H, T, D) or NULL */
+    const double *out, *w, *s, *wsum, *Katt;   /* (nh G, N, D), (nh G, N, T) x 2, (nh, T), (nh, T, D) or NULL */
+    size_t q0;
     double *own[5];
 } RefLayer;
 
-static void ref_layer(RefLayer *rl, const Reference *ref, const Data *d, size_t l, const DataLayer *dl, Pool *pool)
+static void ref_chunk(RefLayer *rl, const Reference *ref, const Data *d, size_t l, size_t h0, size_t nh,
+                      const DataLayer *dl, Pool *pool)
 {
     memset(rl, 0, sizeof *rl);
-    size_t H = d->H, Hq = d->Hq, T = d->T, D = d->D, N = d->N, m = T * D, q0 = l * Hq * N;
+    size_t H = d->H, Hq = d->Hq, G = Hq / H, T = d->T, D = d->D, N = d->N, m = T * D, q0 = (l * Hq + h0 * G) * N;
+    rl->q0 = q0;
     if (!d->stream) {
         if (ref->nq) {
             rl->out = ref->out + q0 * D;
             rl->w = ref->w + q0 * T;
             rl->s = ref->s + q0 * T;
-            rl->wsum = ref->wsum + l * H * T;
+            rl->wsum = ref->wsum + (l * H + h0) * T;
         }
-        rl->Katt = ref->Katt ? ref->Katt + l * H * m : NULL;
+        rl->Katt = ref->Katt ? ref->Katt + (l * H + h0) * m : NULL;
         return;
     }
-    size_t nq = ref->nq ? Hq * N : 0;
+    size_t nq = ref->nq ? nh * G * N : 0;
     if (nq) {
         rl->out = rl->own[0] = xmalloc(nq * D * sizeof *rl->own[0]);
         rl->w = rl->own[1] = xmalloc(nq * T * sizeof *rl->own[1]);
         rl->s = rl->own[2] = xmalloc(nq * T * sizeof *rl->own[2]);
-        rl->wsum = rl->own[3] = xcalloc(H * T, sizeof *rl->own[3]);
+        rl->wsum = rl->own[3] = xcalloc(nh * T, sizeof *rl->own[3]);
     }
-    if (d->rope.dims > 0) rl->Katt = rl->own[4] = xmalloc(H * m * sizeof *rl->own[4]);
-    reference_layer(rl->own[0], rl->own[1], rl->own[2], rl->own[3], rl->own[4], d, l, dl, pool);
+    if (d->rope.dims > 0) rl->Katt = rl->own[4] = xmalloc(nh * m * sizeof *rl->own[4]);
+    reference_heads(rl->own[0], rl->own[1], rl->own[2], rl->own[3], rl->own[4], d, l, h0, nh, dl, pool);
 }
 
 static void ref_layer_free(RefLayer *rl)
@@ -276,7 +282,7 @@ static void head_attention(Eval *e, const RefLayer *rl, size_t l, size_t h, cons
         for (size_t j = 0; j < nk; j++) kept[c->kept[j]] = 1;
         rk = xmalloc(T * sizeof *rk);
     }
-    size_t q0 = l * Hq * N;   /* the layer's first query */
+    size_t q0 = rl->q0;   /* the chunk's first query */
     for (size_t i = (l * Hq + h * G) * N; i < (l * Hq + (h + 1) * G) * N; i++) {
         attn_forward_scores(out, wc, terms, d->Q + i * D, Ks, Vs, nk, D);
         e->err[i] = rel_error(out, rl->out + (i - q0) * D, D);
@@ -472,28 +478,30 @@ static void job_free(Job *j)
     memset(j, 0, sizeof *j);
 }
 
-/* The layer in flight: its data, reference and the inputs of its heads. */
+/* The KV heads in flight, [h0, h0 + nh) of layer l (all H of it, or a few of streamed data): their data,
+ * reference and inputs. Arrays are indexed by the head's place in the chunk. */
 typedef struct Layer {
-    size_t l;
+    size_t l, h0, nh;
     DataLayer dl;
     RefLayer rl;
-    MethodInput *ins;    /* (H,) */
-    Compressed *cs;      /* (H,) */
+    MethodInput *ins;    /* (nh,) */
+    Compressed *cs;      /* (nh,) */
     size_t k_recall;
 } Layer;
 
-/* Job j's work on layer y, in three steps of independent items run on the pool (the items write disjoint slots,
- * so the rows are the same for any thread count): the method per KV head (or once for the layer, apply_layer);
+/* Job j's work on chunk y, in three steps of independent items run on the pool (the items write disjoint slots,
+ * so the rows are the same for any thread count): the method per KV head (or once for the chunk, apply_layer);
  * the attention of each head's queries; the aggregate norms, keys and values as two items that each feed their
- * heads in order. An item that fails keeps its message; the one the heads in order would have met first is
- * reported. */
+ * heads in order. An item that fails keeps its message; the first head in order that fails is reported (its
+ * method before its keys before its values), so the message does not depend on how the heads are chunked. */
 typedef struct LayerWork {
     Job *j;
     const Layer *y;
     const Data *d;
-    int *rc;             /* (2 H,): a failure per slot: step 1 head h, step 3 2 h + side (read through stop) */
-    char (*msg)[1024];   /* (2 H,) their messages */
-    size_t *stop;        /* step 3: the head where side 0 / 1 stopped (H: none) */
+    size_t upto;         /* steps 2 and 3 run heads [0, upto): those before the first whose method failed */
+    int *rc;             /* (2 nh,): a failure per slot: step 1 head h, step 3 2 h + side (read through stop) */
+    char (*msg)[1024];   /* (2 nh,) their messages */
+    size_t *stop;        /* step 3: the head where side 0 / 1 stopped (upto: none) */
 } LayerWork;
 
 static void keep_error(LayerWork *w, size_t slot)
@@ -515,10 +523,11 @@ static void step_attention(void *arg, size_t h, int tid)
     LayerWork *w = arg;
     Job *j = w->j;
     const Data *d = w->d;
-    size_t m = d->T * d->D, b = w->y->l * d->H + h;
+    size_t m = d->T * d->D, b = w->y->l * d->H + w->y->h0 + h;
     const double *K = w->y->dl.K + h * m, *V = w->y->dl.V ? w->y->dl.V + h * m : NULL;
     const Compressed *c = &w->y->cs[h];
-    if (j->e.ref->nq) head_attention(&j->e, &w->y->rl, w->y->l, h, c, c->K ? c->K : K, c->V ? c->V : V, w->y->k_recall);
+    if (j->e.ref->nq)
+        head_attention(&j->e, &w->y->rl, w->y->l, w->y->h0 + h, c, c->K ? c->K : K, c->V ? c->V : V, w->y->k_recall);
     if (j->lm_rows) model_rows_set(&j->lm_rows[b], c->K ? c->K : K, c->V ? c->V : V, c->kept, c->n_kept, d->T, d->D);
 }
 
@@ -528,11 +537,11 @@ static void step_norms(void *arg, size_t isv, int tid)
     LayerWork *w = arg;
     const Data *d = w->d;
     size_t H = d->H, m = d->T * d->D;
-    w->stop[isv] = H;
-    for (size_t h = 0; h < H; h++) {
+    w->stop[isv] = w->upto;
+    for (size_t h = 0; h < w->upto; h++) {
         const double *K = w->y->dl.K + h * m, *V = w->y->dl.V ? w->y->dl.V + h * m : NULL;
         Compressed *c = &w->y->cs[h];
-        if (head_norms(&w->j->e, w->y->l * H + h, w->j->agg != NULL, (int)isv, K, V, c->K, c->V)) {
+        if (head_norms(&w->j->e, w->y->l * H + w->y->h0 + h, w->j->agg != NULL, (int)isv, K, V, c->K, c->V)) {
             keep_error(w, 2 * h + isv);
             w->stop[isv] = h;
             return;
@@ -547,38 +556,48 @@ static void run_items(Pool *pool, PoolFn fn, void *arg, size_t n)
         for (size_t i = 0; i < n; i++) fn(arg, i, 0);
 }
 
-/* Runs job j's method on layer y and measures its heads. 0, or -1 with kvc_fail set. */
+/* Runs job j's method on chunk y and measures its heads. 0, or -1 with kvc_fail set. */
 static int job_layer(Job *j, const Layer *y, const Data *d, Pool *pool)
 {
-    size_t H = d->H, l = y->l;
+    size_t H = d->H, nh = y->nh, b0 = y->l * H + y->h0;
     Compressed *cs = y->cs;
     Eval *e = &j->e;
-    LayerWork w = {.j = j, .y = y, .d = d, .rc = xcalloc(2 * H, sizeof *w.rc), .msg = xcalloc(2 * H, sizeof *w.msg),
-                   .stop = xcalloc(2, sizeof *w.stop)};
+    LayerWork w = {.j = j, .y = y, .d = d, .upto = nh, .rc = xcalloc(2 * nh, sizeof *w.rc),
+                   .msg = xcalloc(2 * nh, sizeof *w.msg), .stop = xcalloc(2, sizeof *w.stop)};
     int rc = 0;
-    if (j->ex->method->apply_layer) {
-        rc = method_run(cs, j->ex, y->ins, H, j->timed);
-    } else {
-        memset(cs, 0, H * sizeof *cs);
-        run_items(pool, step_method, &w, H);
-        for (size_t h = 0; rc == 0 && h < H; h++)
-            if (w.rc[h]) rc = kvc_fail("%s", w.msg[h]);
-    }
-    if (rc == 0) {
-        for (size_t h = 0; h < H; h++) {
-            size_t b = l * H + h;
-            e->hasK[b] = cs[h].K != NULL;
-            e->hasV[b] = cs[h].V != NULL;
-            e->evicts[b] = cs[h].kept != NULL;
-            e->bytes[b] = cs[h].bytes;
+    char method_msg[1024] = "";
+    if (j->ex->method->apply_layer) {   /* a failure there is the chunk's: before any head is measured */
+        if (method_run(cs, j->ex, y->ins, nh, j->timed)) {
+            rc = -1;
+            w.upto = 0;
+            snprintf(method_msg, sizeof method_msg, "%s", kvc_errmsg());
         }
-        run_items(pool, step_attention, &w, H);
-        run_items(pool, step_norms, &w, 2);
-        /* the first failure in head order, keys before values */
-        size_t first = w.stop[0] <= w.stop[1] ? 2 * w.stop[0] : 2 * w.stop[1] + 1;
-        if (first < 2 * H) rc = kvc_fail("%s", w.msg[first]);
+    } else {
+        memset(cs, 0, nh * sizeof *cs);
+        run_items(pool, step_method, &w, nh);
+        for (size_t h = 0; h < nh; h++)
+            if (w.rc[h]) {   /* the heads before it are still measured: one of them may fail first */
+                rc = -1;
+                w.upto = h;
+                snprintf(method_msg, sizeof method_msg, "%s", w.msg[h]);
+                break;
+            }
     }
-    for (size_t h = 0; h < H; h++) {
+    for (size_t h = 0; h < w.upto; h++) {
+        size_t b = b0 + h;
+        e->hasK[b] = cs[h].K != NULL;
+        e->hasV[b] = cs[h].V != NULL;
+        e->evicts[b] = cs[h].kept != NULL;
+        e->bytes[b] = cs[h].bytes;
+    }
+    run_items(pool, step_attention, &w, w.upto);
+    run_items(pool, step_norms, &w, 2);
+    /* the first failure in head order: a head's keys before its values, and any of the heads before the first
+     * whose method failed before that method */
+    size_t first = w.stop[0] <= w.stop[1] ? 2 * w.stop[0] : 2 * w.stop[1] + 1;
+    if (first < 2 * w.upto) rc = kvc_fail("%s", w.msg[first]);
+    else if (rc) kvc_fail("%s", method_msg);
+    for (size_t h = 0; h < nh; h++) {
         if (rc == 0 && j->timed) timing_cache_add(&j->stored, &cs[h].stored);
         compressed_free(&cs[h]);
     }
@@ -669,44 +688,58 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
     int rc = 0;
     char msg[1024] = "";
     for (size_t l = 0; l < L && live > 0; l++) {
-        y.l = l;
-        data_layer(&y.dl, d, l);
-        ref_layer(&y.rl, ref, d, l, &y.dl, pool);
-        /* streamed data is made again at new addresses: its decompositions are the layer's */
-        SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
-        for (size_t h = 0; h < H; h++) {
-            const double *K = y.dl.K + h * m, *V = y.dl.V ? y.dl.V + h * m : NULL;
-            if (aggs) {
-                normacc_add(&kr, K, m);
-                if (V) normacc_add(&vr, V, m);
-            }
-            if (heads) {
-                hkr[l * H + h] = la_norm(K, m);
-                hvr[l * H + h] = V ? la_norm(V, m) : 0.0;
-            }
-            MethodInput *in = &y.ins[h];
-            *in = (MethodInput){.T = T, .D = D, .K = y.dl.K + h * m, .V = y.dl.V ? y.dl.V + h * m : NULL,
-                                .w_ref = y.rl.wsum ? y.rl.wsum + h * T : NULL,
-                                .K_att = y.rl.Katt ? y.rl.Katt + h * m : NULL, .layer = l, .head = h,
-                                .seed = cfg->seed, .svd = svd, .pool = H == 1 ? pool : NULL};   /* H > 1: the heads use it */
-            if (d->O) {
-                in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
-                in->obs_pos = d->obs_pos;
-                in->n_obs_heads = G;
-                in->n_obs = d->W;
-            }
+        /* streamed data: as many KV heads at a time as threads, unless an experiment needs the layer's heads at
+         * once (the rows do not depend on it: every head is measured alone, the norms fed in head order) */
+        size_t step = H;
+        if (d->stream) {
+            step = (size_t)nthreads < H ? (size_t)nthreads : H;
+            for (size_t k = 0; k < live; k++)
+                if (method_layer_wide(jobs[k].ex)) step = H;
         }
-        for (size_t k = 0; k < live; k++)
-            if (job_layer(&jobs[k], &y, d, pool)) {   /* the experiments after k would not have run */
-                snprintf(msg, sizeof msg, "%s", kvc_errmsg());
-                for (size_t x = k; x < live; x++) job_free(&jobs[x]);
-                *failed = k;
-                rc = -1;
-                live = k;
+        for (size_t h0 = 0; h0 < H && live > 0; h0 += step) {
+            size_t nh = H - h0 < step ? H - h0 : step;
+            y.l = l;
+            y.h0 = h0;
+            y.nh = nh;
+            data_heads(&y.dl, d, l, h0, nh);
+            ref_chunk(&y.rl, ref, d, l, h0, nh, &y.dl, pool);
+            /* streamed data is made again at new addresses: its decompositions are the chunk's */
+            SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
+            for (size_t i = 0; i < nh; i++) {
+                size_t h = h0 + i;
+                const double *K = y.dl.K + i * m, *V = y.dl.V ? y.dl.V + i * m : NULL;
+                if (aggs) {
+                    normacc_add(&kr, K, m);
+                    if (V) normacc_add(&vr, V, m);
+                }
+                if (heads) {
+                    hkr[l * H + h] = la_norm(K, m);
+                    hvr[l * H + h] = V ? la_norm(V, m) : 0.0;
+                }
+                MethodInput *in = &y.ins[i];
+                *in = (MethodInput){.T = T, .D = D, .K = K, .V = V, .w_ref = y.rl.wsum ? y.rl.wsum + i * T : NULL,
+                                    .K_att = y.rl.Katt ? y.rl.Katt + i * m : NULL, .layer = l, .head = h,
+                                    .seed = cfg->seed, .svd = svd,
+                                    .pool = nh == 1 ? pool : NULL};   /* nh > 1: the heads use it */
+                if (d->O) {
+                    in->Q_obs = d->O + (l * Hq + h * G) * d->W * D;
+                    in->obs_pos = d->obs_pos;
+                    in->n_obs_heads = G;
+                    in->n_obs = d->W;
+                }
             }
-        if (d->stream) svdcache_free(svd);
-        ref_layer_free(&y.rl);
-        data_layer_free(&y.dl);
+            for (size_t k = 0; k < live; k++)
+                if (job_layer(&jobs[k], &y, d, pool)) {   /* the experiments after k would not have run */
+                    snprintf(msg, sizeof msg, "%s", kvc_errmsg());
+                    for (size_t x = k; x < live; x++) job_free(&jobs[x]);
+                    *failed = k;
+                    rc = -1;
+                    live = k;
+                }
+            if (d->stream) svdcache_free(svd);
+            ref_layer_free(&y.rl);
+            data_layer_free(&y.dl);
+        }
     }
     pool_free(pool);
     free(y.ins);

@@ -152,6 +152,9 @@ static int apply(Compressed *out, const Experiment *ex, const MethodInput *in)
     return apply_layer(out, ex, in, 1);
 }
 
+/* a "tensor" scale is the layer's largest magnitude; the other scales see one head (or token) each */
+static int layer_wide(const Experiment *ex) { return exp_param(ex, "scale") == SC_TENSOR; }
+
 const MethodDesc method_cast = {
     .name = "cast",
     .factor = "bytes per number",
@@ -162,4 +165,5 @@ const MethodDesc method_cast = {
     .check = check,
     .apply = apply,
     .apply_layer = apply_layer,
+    .layer_wide = layer_wide,
 };

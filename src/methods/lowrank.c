@@ -228,6 +228,9 @@ static int apply_layer(Compressed *out, const Experiment *ex, const MethodInput 
     return 0;
 }
 
+/* a joint basis is the layer's; per-head bases see one head each */
+static int layer_wide(const Experiment *ex) { return exp_param(ex, "joint") != 0; }
+
 const MethodDesc method_lowrank = {
     .name = "lowrank",
     .factor = "per-token dimension",
@@ -239,4 +242,5 @@ const MethodDesc method_lowrank = {
     .check = check,
     .apply = method_apply_one_head,
     .apply_layer = apply_layer,
+    .layer_wide = layer_wide,
 };

@@ -150,6 +150,10 @@ typedef struct MethodDesc {
      * zeroed by the caller and filled per head, bytes split over the heads so that they sum to the layer's
      * (README "How bytes are counted"). Returns 0 or -1 with kvc_fail set; out stays freeable either way. */
     int (*apply_layer)(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H);
+    /* Optional, with apply_layer: 1 when this experiment needs every KV head of the layer at once (a joint basis, a
+     * per-layer scale), 0 when apply_layer on any run of consecutive heads gives those heads what it gives them
+     * in the whole layer (streamed data then evaluates a few heads at a time). NULL: always 1. */
+    int (*layer_wide)(const Experiment *ex);
     /* 1: the method keeps a subset of the tokens (returns kept, no K/V) and counts them in FP16 plus index or
      * state bytes; pipelines run such steps before the steps that rewrite values. */
     int evicts;
@@ -196,6 +200,8 @@ void method_store_f16(StoreTensor *st, const double *x, const size_t *rows, size
 /* Share i (0..n-1) of `total` bytes stored once for n heads: floor(total / n), plus one for the first
  * total mod n heads, so that the shares sum to total (--per-head rows of shared storage). */
 uint64_t method_split_bytes(uint64_t total, size_t n, size_t i);
+/* 1 when experiment ex must see the KV heads of a layer at once (MethodDesc.layer_wide), else 0. */
+int method_layer_wide(const Experiment *ex);
 /* apply() of a method that has apply_layer: apply_layer on a layer of one head. */
 int method_apply_one_head(Compressed *out, const Experiment *ex, const MethodInput *in);
 

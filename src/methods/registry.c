@@ -167,6 +167,13 @@ void compressed_free(Compressed *c)
     memset(c, 0, sizeof *c);
 }
 
+int method_layer_wide(const Experiment *ex)
+{
+    const MethodDesc *m = ex->method;
+    if (!m->apply_layer) return 0;
+    return m->layer_wide ? m->layer_wide(ex) : 1;
+}
+
 uint64_t method_split_bytes(uint64_t total, size_t n, size_t i)
 {
     assert(n > 0 && i < n);
