@@ -247,6 +247,13 @@ static inline void mul_128(uint64_t ahi, uint64_t alo, uint64_t bhi, uint64_t bl
 /* s = s * a + c (mod 2^128). */
 static inline void lcg_jump(uint64_t *shi, uint64_t *slo, uint64_t ahi, uint64_t alo, uint64_t chi, uint64_t clo)
 {
+#ifdef __SIZEOF_INT128__
+    __extension__ typedef unsigned __int128 u128;
+    u128 s = ((u128)*shi << 64 | *slo) * ((u128)ahi << 64 | alo) + ((u128)chi << 64 | clo);
+    *shi = (uint64_t)(s >> 64);
+    *slo = (uint64_t)s;
+    return;
+#endif
     uint64_t hi, lo;
     mul_128(*shi, *slo, ahi, alo, &hi, &lo);
     lo += clo;
