@@ -327,6 +327,24 @@ static inline double flip_sign(double x, uint64_t u)
     return x;
 }
 
+/* The ziggurat's fast path over buf[p..cnt) until an output fails it: o[k] = 0.0 + 1.0 * z for each output k
+ * that passes (o is the caller's out shifted so that output p lands on its next slot). Returns the index of the
+ * output that failed, or cnt. No calls, so the loop keeps everything in registers. */
+static inline size_t fast_run(const uint64_t *buf, size_t p, size_t cnt, double *o)
+{
+    const double loc = 0.0, scale = 1.0;
+    for (; p < cnt; p++) {
+        uint64_t u = buf[p];
+        size_t idx = (size_t)(u & 0xff);
+        uint64_t rabs = (u >> 9) & 0x000fffffffffffffULL;
+        double z = flip_sign((double)rabs * rng_wi_double[idx], u);
+        if (rabs >= rng_ki_double[idx])
+            break;
+        o[p] = loc + scale * z;
+    }
+    return p;
+}
+
 /* 4.3 Generator.normal(0.0, 1.0, size=n): loc + scale * z, kept literal for the sign of zero. The same
  * draws as rng_standard_normal in a loop (its fast path below, the rest through normal_slow). */
 void rng_normal_fill(rng *r, double *out, size_t n)
@@ -353,24 +371,23 @@ void rng_normal_fill(rng *r, double *out, size_t n)
     while (i < n) {
         b.left = n - i;
         block_fill(&b);
-        const uint64_t *buf = b.buf;
-        size_t p = 0, cnt = b.cnt;
-        while (p < cnt) {
-            uint64_t u = buf[p++];
+        size_t p = 0;
+        for (;;) {
+            /* The fast path up to the first output that fails it (or the end of the block). */
+            size_t q = fast_run(b.buf, p, b.cnt, out + i - p);
+            i += q - p;
+            if (q == b.cnt)
+                break;
+            uint64_t u = b.buf[q];
             size_t idx = (size_t)(u & 0xff);
             uint64_t rabs = (u >> 9) & 0x000fffffffffffffULL;
             double z = flip_sign((double)rabs * rng_wi_double[idx], u);
-            if (rabs < rng_ki_double[idx]) {
-                out[i++] = loc + scale * z; /* fast path */
-                continue;
-            }
-            b.pos = p;
+            b.pos = q + 1;
             b.left = n - i;
             z = normal_slow(next_double_block, &b, idx, rabs, z);
             if (!isnan(z))
                 out[i++] = loc + scale * z;
-            p = b.pos;
-            cnt = b.cnt;
+            p = b.pos; /* the slow path may have refilled the block */
         }
     }
     r->state_hi = b.hi;
