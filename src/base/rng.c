@@ -1,6 +1,7 @@
 /* rng.c: numpy 1.24.2-compatible SeedSequence -> PCG64 -> Generator.random/normal, written from the
  * kvc reference numpy-rng.md (section numbers below refer to it). Portable C11: the 128-bit PCG
- * arithmetic is emulated with 64-bit halves. See rng.h for the API. */
+ * arithmetic is emulated with 64-bit halves (unsigned __int128 for the products where the compiler has one).
+ * See rng.h for the API. */
 #include "base/rng.h"
 
 #include <math.h>
@@ -252,14 +253,14 @@ static inline void lcg_jump(uint64_t *shi, uint64_t *slo, uint64_t ahi, uint64_t
     u128 s = ((u128)*shi << 64 | *slo) * ((u128)ahi << 64 | alo) + ((u128)chi << 64 | clo);
     *shi = (uint64_t)(s >> 64);
     *slo = (uint64_t)s;
-    return;
-#endif
+#else
     uint64_t hi, lo;
     mul_128(*shi, *slo, ahi, alo, &hi, &lo);
     lo += clo;
     hi += chi + (lo < clo);
     *shi = hi;
     *slo = lo;
+#endif
 }
 
 /* 3.3 XSL-RR output of a state. */
@@ -327,12 +328,13 @@ static inline double flip_sign(double x, uint64_t u)
     return x;
 }
 
-/* The ziggurat's fast path over buf[p..cnt) until an output fails it: o[k] = 0.0 + 1.0 * z for each output k
- * that passes (o is the caller's out shifted so that output p lands on its next slot). Returns the index of the
- * output that failed, or cnt. No calls, so the loop keeps everything in registers. */
+/* The ziggurat's fast path over buf[p..cnt) until an output fails it: o[k - p] = 0.0 + 1.0 * z for each output
+ * k that passes. Returns the index of the output that failed, or cnt. No calls, so the loop keeps everything in
+ * registers. */
 static inline size_t fast_run(const uint64_t *buf, size_t p, size_t cnt, double *o)
 {
     const double loc = 0.0, scale = 1.0;
+    const size_t p0 = p;
     for (; p < cnt; p++) {
         uint64_t u = buf[p];
         size_t idx = (size_t)(u & 0xff);
@@ -340,7 +342,7 @@ static inline size_t fast_run(const uint64_t *buf, size_t p, size_t cnt, double 
         double z = flip_sign((double)rabs * rng_wi_double[idx], u);
         if (rabs >= rng_ki_double[idx])
             break;
-        o[p] = loc + scale * z;
+        o[p - p0] = loc + scale * z;
     }
     return p;
 }
@@ -374,7 +376,7 @@ void rng_normal_fill(rng *r, double *out, size_t n)
         size_t p = 0;
         for (;;) {
             /* The fast path up to the first output that fails it (or the end of the block). */
-            size_t q = fast_run(b.buf, p, b.cnt, out + i - p);
+            size_t q = fast_run(b.buf, p, b.cnt, out + i);
             i += q - p;
             if (q == b.cnt)
                 break;
