@@ -1,5 +1,7 @@
 /* test_rng.c: unit test of src/base/rng.c (numpy-compatible SeedSequence -> PCG64 -> normal) against numpy
- * 1.24.2's own vectors in tests/data/rng/ (seeds 0 and 42), plus seeding edge cases. Run from the
+ * 1.24.2's own vectors in tests/data/rng/ (seeds 0 and 42), plus seeding edge cases, plus rng_normal_fill (which
+ * draws its raw outputs a block ahead) against rng_standard_normal one at a time: the values and the state after,
+ * for many lengths and seeds, with the tail and wedge paths counted to show they ran. Run from the
  * project root. Prints "PASS name" or "FAIL name: why" per check; exits 1 if any check failed.
  *
  * test_rng --dump SEED N  writes N doubles of rng_normal_fill (SEED: decimal of any size) to stdout
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "base/rng_tables.h"
 #include "check.h"
 
 #define DATA "tests/data/rng/"
@@ -241,6 +244,118 @@ static void check_edges(void)
     }
 }
 
+/* What one normal after another drew (ref_normals): the normals whose first raw output failed the fast test, by
+ * path (tail: strip 0, wedge: the others); the normals whose raw outputs straddle a multiple of 256 outputs from
+ * the start of the call (rng_normal_fill's block edge, so its slow path refilled the block); the calls whose last
+ * normal took more than one output (the refill of a block near the end); the raw outputs used. */
+typedef struct draw_stats {
+    long tail, wedge, straddle, last_multi, used;
+} draw_stats;
+
+/* The reference for rng_normal_fill(r, out, n): rng_standard_normal n times, written as 0.0 + 1.0 * z. */
+static void ref_normals(rng *r, double *out, size_t n, draw_stats *st)
+{
+    long start = st->used;
+    for (size_t i = 0; i < n; i++) {
+        rng t = *r;
+        uint64_t u = rng_next_u64(&t);
+        size_t idx = (size_t)(u & 0xff);
+        if (((u >> 9) & 0x000fffffffffffffULL) >= rng_ki_double[idx]) {
+            if (idx == 0)
+                st->tail++;
+            else
+                st->wedge++;
+        }
+        out[i] = 0.0 + 1.0 * rng_standard_normal(r);
+        long k = 1;
+        while (!same_rng(&t, r) && k < 100000) {
+            rng_next_u64(&t);
+            k++;
+        }
+        long a = st->used - start, b = a + k - 1;
+        if (a / 256 != b / 256)
+            st->straddle++;
+        if (i + 1 == n && k > 1)
+            st->last_multi++;
+        st->used += k;
+    }
+}
+
+/* Index of the first difference between got[0..n) and want[0..n) as bits, or -1. */
+static long first_diff(const double *got, const double *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (dbits(got[i]) != dbits(want[i]))
+            return (long)i;
+    return -1;
+}
+
+#define FILL_MAX 100000
+static double fill_got[FILL_MAX], fill_want[FILL_MAX];
+
+/* rng_normal_fill == rng_standard_normal in a loop: values, the state after, and the next raw output. */
+static void check_fill(void)
+{
+    static const uint64_t seeds[] = { 0, 1, 42, 12345, 4294967303ULL, 987654321987654321ULL };
+    static const size_t lens[] = { 0, 1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 255, 256, 257, 258, 511, 512, 513,
+                                   1000, 4097, 33333, 100000 };
+    static const size_t chunks[] = { 1, 2, 3, 4, 5, 1, 7, 13, 63, 64, 65, 1, 255, 256, 257, 2, 1000 };
+    draw_stats st = { 0 };
+    char name[64];
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++) {
+        const char *why = NULL;
+        size_t bad_n = 0;
+        long bad_i = -1;
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0] && !why; l++) {
+            size_t n = lens[l];
+            rng a, b;
+            rng_seed_u64(&a, seeds[s]);
+            b = a;
+            rng_normal_fill(&a, fill_got, n);
+            st.used = 0;
+            ref_normals(&b, fill_want, n, &st);
+            bad_n = n;
+            if ((bad_i = first_diff(fill_got, fill_want, n)) >= 0)
+                why = "values differ";
+            else if (!same_rng(&a, &b))
+                why = "state after differs";
+            else if (rng_next_u64(&a) != rng_next_u64(&b))
+                why = "next raw output differs";
+        }
+        snprintf(name, sizeof name, "fill_vs_one_at_a_time_seed_%llu", (unsigned long long)seeds[s]);
+        check(!why, name, "n %zu: %s (first differing value at %ld, -1: none)", bad_n, why ? why : "", bad_i);
+
+        /* The same stream in calls of many sizes, against one reference run over the same sizes. */
+        rng a, b;
+        rng_seed_u64(&a, seeds[s]);
+        b = a;
+        size_t done = 0, c = 0;
+        why = NULL;
+        while (done < FILL_MAX && !why) {
+            size_t k = chunks[c++ % (sizeof chunks / sizeof chunks[0])];
+            if (k > FILL_MAX - done)
+                k = FILL_MAX - done;
+            rng_normal_fill(&a, fill_got + done, k);
+            st.used = 0;
+            ref_normals(&b, fill_want + done, k, &st);
+            if (!same_rng(&a, &b))
+                why = "state after a call differs";
+            done += k;
+        }
+        bad_i = first_diff(fill_got, fill_want, done);
+        if (!why && bad_i >= 0)
+            why = "values differ";
+        if (!why && rng_next_u64(&a) != rng_next_u64(&b))
+            why = "next raw output differs";
+        snprintf(name, sizeof name, "fill_in_chunks_seed_%llu", (unsigned long long)seeds[s]);
+        check(!why, name, "%s (after %zu normals; first differing value at %ld, -1: none)", why ? why : "", done, bad_i);
+    }
+    /* The slow paths ran, also across a block edge and on the last normal of a call. */
+    check(st.tail >= 10 && st.wedge >= 1000 && st.straddle >= 5 && st.last_multi >= 5, "fill_paths_exercised",
+          "tail %ld, wedge %ld, straddling 256 outputs %ld, last normal of a call slow %ld", st.tail, st.wedge,
+          st.straddle, st.last_multi);
+}
+
 /* --dump SEED N: N normals as little-endian float64 on stdout. */
 static int dump(const char *seed, const char *count)
 {
@@ -282,5 +397,6 @@ int main(int argc, char **argv)
     check_seed(0);
     check_seed(42);
     check_edges();
+    check_fill();
     return check_failures ? 1 : 0;
 }

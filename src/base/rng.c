@@ -1,10 +1,12 @@
 /* rng.c: numpy 1.24.2-compatible SeedSequence -> PCG64 -> Generator.random/normal, written from the
  * kvc reference numpy-rng.md (section numbers below refer to it). Portable C11: the 128-bit PCG
- * arithmetic is emulated with 64-bit halves. See rng.h for the API. */
+ * arithmetic is emulated with 64-bit halves (unsigned __int128 for the products where the compiler has one).
+ * See rng.h for the API. */
 #include "base/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/rng_tables.h"
 
@@ -177,23 +179,29 @@ double rng_next_double(rng *r)
 
 /* 4.2 numpy's random_standard_normal. */
 /* The rest of one ziggurat draw whose fast test failed (idx, rabs, x as rng_standard_normal made them): the tail
- * or the wedge; NAN when the draw is rejected (the caller draws again). */
-static double normal_slow(rng *r, size_t idx, uint64_t rabs, double x)
+ * or the wedge; NAN when the draw is rejected (the caller draws again). Its uniforms come from next(src):
+ * rng_next_double on an rng, or the block of rng_normal_fill, which hands out the same sequence. */
+static inline double normal_slow(double (*next)(void *), void *src, size_t idx, uint64_t rabs, double x)
 {
     if (idx == 0) {
         /* Tail beyond r. The sign is bit 8 of rabs, not `negative`. */
         for (;;) {
-            double xx = -ZIG_INV_R * log1p(-rng_next_double(r));
-            double yy = -log1p(-rng_next_double(r));
+            double xx = -ZIG_INV_R * log1p(-next(src));
+            double yy = -log1p(-next(src));
             if (yy + yy > xx * xx)
                 return ((rabs >> 8) & 1) ? -(ZIG_R + xx) : ZIG_R + xx;
         }
     }
     /* Wedge: one subtract, multiply, add (no FMA; -ffp-contract=off). */
     double f0 = rng_fi_double[idx - 1], f1 = rng_fi_double[idx];
-    if ((f0 - f1) * rng_next_double(r) + f1 < exp(-0.5 * x * x))
+    if ((f0 - f1) * next(src) + f1 < exp(-0.5 * x * x))
         return x;
     return NAN;
+}
+
+static double next_double_rng(void *r)
+{
+    return rng_next_double(r);
 }
 
 double rng_standard_normal(rng *r)
@@ -209,33 +217,181 @@ double rng_standard_normal(rng *r)
             x = -x;
         if (rabs < rng_ki_double[idx])
             return x; /* fast path */
-        double z = normal_slow(r, idx, rabs, x);
+        double z = normal_slow(next_double_rng, r, idx, rabs, x);
         if (!isnan(z)) return z;
     }
 }
 
-/* 4.3 Generator.normal(0.0, 1.0, size=n): loc + scale * z, kept literal for the sign of zero. */
+/* rng_normal_fill draws the raw outputs ahead, a block at a time, from four interleaved copies of the LCG
+ * (each jumps 4 steps: s_{k+4} = A4 s_k + C4), so the 128-bit multiply chains overlap; the ziggurat then
+ * reads the block in order. A block never holds more outputs than normals are still to come (each normal takes
+ * at least one), so none is drawn and thrown away: the state after the fill is the state after its last
+ * output, as with rng_standard_normal in a loop. */
+#define FILL_BLOCK 256
+
+typedef struct normal_block {
+    uint64_t hi, lo;         /* the state after buf's last output */
+    uint64_t a4_hi, a4_lo, c4_hi, c4_lo; /* the 4-step jump */
+    uint64_t inc_hi, inc_lo;
+    size_t pos, cnt;         /* buf[pos..cnt) not yet used */
+    size_t left;             /* normals still to come, the one being drawn included */
+    uint64_t buf[FILL_BLOCK];
+} normal_block;
+
+/* Low 128 bits of (ahi:alo) * (bhi:blo). */
+static inline void mul_128(uint64_t ahi, uint64_t alo, uint64_t bhi, uint64_t blo, uint64_t *hi, uint64_t *lo)
+{
+    mul_64x64(alo, blo, hi, lo);
+    *hi += ahi * blo + alo * bhi;
+}
+
+/* s = s * a + c (mod 2^128). */
+static inline void lcg_jump(uint64_t *shi, uint64_t *slo, uint64_t ahi, uint64_t alo, uint64_t chi, uint64_t clo)
+{
+#ifdef __SIZEOF_INT128__
+    __extension__ typedef unsigned __int128 u128;
+    u128 s = ((u128)*shi << 64 | *slo) * ((u128)ahi << 64 | alo) + ((u128)chi << 64 | clo);
+    *shi = (uint64_t)(s >> 64);
+    *slo = (uint64_t)s;
+#else
+    uint64_t hi, lo;
+    mul_128(*shi, *slo, ahi, alo, &hi, &lo);
+    lo += clo;
+    hi += chi + (lo < clo);
+    *shi = hi;
+    *slo = lo;
+#endif
+}
+
+/* 3.3 XSL-RR output of a state. */
+static inline uint64_t xsl_rr(uint64_t hi, uint64_t lo)
+{
+    uint64_t x = hi ^ lo;
+    unsigned rot = (unsigned)(hi >> 58);
+    return (x >> rot) | (x << ((64u - rot) & 63u));
+}
+
+/* Refills b->buf with the next min(b->left, FILL_BLOCK) outputs (b->left >= 1). */
+static void block_fill(normal_block *b)
+{
+    size_t cnt = b->left < FILL_BLOCK ? b->left : FILL_BLOCK;
+    const uint64_t ahi = b->a4_hi, alo = b->a4_lo, chi = b->c4_hi, clo = b->c4_lo;
+    const uint64_t mh = PCG_MULT_HI, ml = PCG_MULT_LO, ih = b->inc_hi, il = b->inc_lo;
+    /* Chain k holds s_{j+k+1}, the state of output j + k. */
+    uint64_t h0 = b->hi, l0 = b->lo;
+    lcg_jump(&h0, &l0, mh, ml, ih, il);
+    uint64_t h1 = h0, l1 = l0;
+    lcg_jump(&h1, &l1, mh, ml, ih, il);
+    uint64_t h2 = h1, l2 = l1;
+    lcg_jump(&h2, &l2, mh, ml, ih, il);
+    uint64_t h3 = h2, l3 = l2;
+    lcg_jump(&h3, &l3, mh, ml, ih, il);
+    uint64_t *buf = b->buf;
+    size_t j = 0;
+    for (; j + 4 < cnt; j += 4) {
+        buf[j] = xsl_rr(h0, l0);
+        buf[j + 1] = xsl_rr(h1, l1);
+        buf[j + 2] = xsl_rr(h2, l2);
+        buf[j + 3] = xsl_rr(h3, l3);
+        lcg_jump(&h0, &l0, ahi, alo, chi, clo);
+        lcg_jump(&h1, &l1, ahi, alo, chi, clo);
+        lcg_jump(&h2, &l2, ahi, alo, chi, clo);
+        lcg_jump(&h3, &l3, ahi, alo, chi, clo);
+    }
+    /* 1 to 4 outputs left; the last one's state is the new state. */
+    const uint64_t hs[4] = { h0, h1, h2, h3 }, ls[4] = { l0, l1, l2, l3 };
+    size_t r = cnt - j;
+    for (size_t k = 0; k < r; k++)
+        buf[j + k] = xsl_rr(hs[k], ls[k]);
+    b->hi = hs[r - 1];
+    b->lo = ls[r - 1];
+    b->pos = 0;
+    b->cnt = cnt;
+}
+
+/* rng_next_double on the block's sequence (normal_slow's draws). */
+static double next_double_block(void *src)
+{
+    normal_block *b = src;
+    if (b->pos == b->cnt)
+        block_fill(b);
+    return (double)(b->buf[b->pos++] >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* x with its sign bit flipped when bit 8 of u is set (numpy's `negative`), without a branch. */
+static inline double flip_sign(double x, uint64_t u)
+{
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits ^= (u & 0x100u) << 55;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+/* The ziggurat's fast path over buf[p..cnt) until an output fails it: o[k - p] = 0.0 + 1.0 * z for each output
+ * k that passes. Returns the index of the output that failed, or cnt. No calls, so the loop keeps everything in
+ * registers. */
+static inline size_t fast_run(const uint64_t *buf, size_t p, size_t cnt, double *o)
+{
+    const double loc = 0.0, scale = 1.0;
+    const size_t p0 = p;
+    for (; p < cnt; p++) {
+        uint64_t u = buf[p];
+        size_t idx = (size_t)(u & 0xff);
+        uint64_t rabs = (u >> 9) & 0x000fffffffffffffULL;
+        double z = flip_sign((double)rabs * rng_wi_double[idx], u);
+        if (rabs >= rng_ki_double[idx])
+            break;
+        o[p - p0] = loc + scale * z;
+    }
+    return p;
+}
+
+/* 4.3 Generator.normal(0.0, 1.0, size=n): loc + scale * z, kept literal for the sign of zero. The same
+ * draws as rng_standard_normal in a loop (its fast path below, the rest through normal_slow). */
 void rng_normal_fill(rng *r, double *out, size_t n)
 {
     const double loc = 0.0, scale = 1.0;
-    rng s = *r;   /* the state in registers: rng_standard_normal's fast path inline, the rest through normal_slow */
-    for (size_t i = 0; i < n; i++) {
-        double z;
+    if (n == 0)
+        return;
+    normal_block b;
+    b.hi = r->state_hi;
+    b.lo = r->state_lo;
+    b.inc_hi = r->inc_hi;
+    b.inc_lo = r->inc_lo;
+    /* (A2, C2) = (M^2, M inc + inc), then (A4, C4) = (A2^2, A2 C2 + C2). */
+    uint64_t a2h, a2l, c2h = r->inc_hi, c2l = r->inc_lo;
+    mul_128(PCG_MULT_HI, PCG_MULT_LO, PCG_MULT_HI, PCG_MULT_LO, &a2h, &a2l);
+    lcg_jump(&c2h, &c2l, PCG_MULT_HI, PCG_MULT_LO, r->inc_hi, r->inc_lo);
+    mul_128(a2h, a2l, a2h, a2l, &b.a4_hi, &b.a4_lo);
+    b.c4_hi = c2h;
+    b.c4_lo = c2l;
+    lcg_jump(&b.c4_hi, &b.c4_lo, a2h, a2l, c2h, c2l);
+    b.pos = b.cnt = 0;
+
+    size_t i = 0;
+    while (i < n) {
+        b.left = n - i;
+        block_fill(&b);
+        size_t p = 0;
         for (;;) {
-            pcg_step(&s);
-            uint64_t x = s.state_hi ^ s.state_lo;
-            unsigned rot = (unsigned)(s.state_hi >> 58);
-            uint64_t u = (x >> rot) | (x << ((64u - rot) & 63u));
+            /* The fast path up to the first output that fails it (or the end of the block). */
+            size_t q = fast_run(b.buf, p, b.cnt, out + i);
+            i += q - p;
+            if (q == b.cnt)
+                break;
+            uint64_t u = b.buf[q];
             size_t idx = (size_t)(u & 0xff);
-            u >>= 8;
-            uint64_t rabs = (u >> 1) & 0x000fffffffffffffULL;
-            z = (double)rabs * rng_wi_double[idx];
-            if (u & 1) z = -z;
-            if (rabs < rng_ki_double[idx]) break;
-            z = normal_slow(&s, idx, rabs, z);
-            if (!isnan(z)) break;
+            uint64_t rabs = (u >> 9) & 0x000fffffffffffffULL;
+            double z = flip_sign((double)rabs * rng_wi_double[idx], u);
+            b.pos = q + 1;
+            b.left = n - i;
+            z = normal_slow(next_double_block, &b, idx, rabs, z);
+            if (!isnan(z))
+                out[i++] = loc + scale * z;
+            p = b.pos; /* the slow path may have refilled the block */
         }
-        out[i] = loc + scale * z;
     }
-    *r = s;
+    r->state_hi = b.hi;
+    r->state_lo = b.lo;
 }
