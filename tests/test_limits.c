@@ -218,6 +218,7 @@ static int print_estimate(int argc, char **argv)
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--per-head") == 0) r.per_head = 1, r.timing = 0;
         if (strcmp(argv[i], "--no-timing") == 0) r.timing = 0;
+        if (strcmp(argv[i], "-j") == 0 && i + 1 < argc) eval_set_threads(atoi(argv[++i]));   /* kvc run -j */
     }
     MemEstimate e;
     memory_estimate(&e, &cfg, &r);

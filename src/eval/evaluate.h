@@ -2,12 +2,15 @@
  *
  * L layers, H KV heads, Hq query heads, G = Hq / H, T tokens, D head dim, N evaluation queries per
  * (layer, query head). The reference (exact attention of every evaluation query) is computed once per config
- * (eval_reference) and shared; for streamed data (data/synth.h) each layer's is computed with the layer, and the
- * Reference holds only nq and the SVD cache. The evaluation runs layer by layer: a layer's data (data_layer) and
- * its reference serve the method of every experiment evaluated at once; aggregate norms are fed head by head
- * (eval/normacc.h), so no tensor over every head is held beside the data. For each experiment the method runs once per (layer, KV head) on that head's
- * (T, D) cache (or, with MethodDesc.apply_layer, once per layer on all of its KV heads: share_heads, lowrank joint,
- * pipeline); the shared attention kernel runs every evaluation query of the G query heads that read the head
+ * (eval_reference) and shared; for streamed data (data/synth.h) each chunk's is computed with the chunk, and the
+ * Reference holds only nq and the SVD cache. The evaluation runs a chunk of KV heads at a time: a whole layer, or,
+ * for streamed data, as many heads as threads unless an experiment needs the layer's heads at once
+ * (method_layer_wide); the chunk's data (data_heads) and its reference serve the method of every experiment
+ * evaluated at once; aggregate norms are fed head by head in order (eval/normacc.h), so no tensor over every head
+ * is held beside the data and the rows do not depend on the chunks. For each experiment the method runs once per
+ * (layer, KV head) on that head's (T, D) cache (or, with MethodDesc.apply_layer, once per chunk on all of its KV
+ * heads: share_heads, lowrank joint, pipeline); the shared attention kernel runs every evaluation query of the G
+ * query heads that read the head
  * over what the cache keeps (rotated by RoPE first when the cache holds pre-RoPE keys); errors and bytes are
  * measured against the exact data and aggregated over (layer, head, query). See README.md, "Output columns".
  */

@@ -19,11 +19,22 @@ static uint64_t add(uint64_t a, uint64_t b)
     return b > UINT64_MAX - a ? UINT64_MAX : a + b;
 }
 
-/* The working set of experiment (or pipeline step) ex beyond the data and the reference, in doubles. */
-static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq, int stream)
+/* The KV heads streamed data is evaluated (and first made) at a time: as many as threads (evaluate.c), the
+ * layer's H when an experiment that runs needs them at once (method_layer_wide). */
+static uint64_t chunk_heads(const Config *cfg, const MemRun *r)
+{
+    uint64_t H = cfg->kv_heads, n = (uint64_t)eval_threads();
+    for (size_t i = 0; i < cfg->n_exps; i++)
+        if ((!r->runs || r->runs[i]) && method_layer_wide(&cfg->exps[i])) return H;
+    return n < H ? n : H;
+}
+
+/* The working set of experiment (or pipeline step) ex beyond the data and the reference, in doubles; U: the KV
+ * heads in flight (chunk_heads for streamed data, else H). */
+static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq, int stream, uint64_t U)
 {
     uint64_t T = cfg->dims.T, D = cfg->dims.D, H = cfg->kv_heads, v = cfg->dims.has_values != 0;
-    uint64_t head = mul(T, D), layer = mul(H, head);
+    uint64_t head = mul(T, D), layer = mul(H, head), chunk = mul(U, head), G = cfg->q_heads / H;
     int rewrites = 0, lowrank = 0, joint = 0, per_layer = ex->method->apply_layer != NULL;
     size_t steps = ex->n_steps ? ex->n_steps : 1;
     for (size_t s = 0; s < steps; s++) {
@@ -37,16 +48,16 @@ static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq
     }
     uint64_t w = add(mul(4, nq), mul(2, head));               /* per-query errors; one head's scratch */
     if (rewrites) {
-        w = add(w, mul(per_layer ? 2 : 1, mul(1 + v, layer)));   /* K', V' of a layer (and its input) */
+        w = add(w, mul(per_layer ? 2 : 1, mul(1 + v, chunk)));   /* K', V' of the heads (and the input) */
         int outliers = cfg->oc_count > 0 || cfg->n_outliers > 0 || cfg->file_outliers;
         if (outliers) w = add(w, mul(2, head));               /* k_error_ordinary's copies of one head */
     }
     if (lowrank) w = add(w, mul(2, joint ? layer : head));    /* the SVD's copies */
-    if (stream) {   /* the layer made for the experiment, while it is made, and its reference */
-        uint64_t Hq = cfg->q_heads, N = cfg->dims.has_query ? cfg->query.n : 0;
+    if (stream) {   /* the heads made for the experiment, while they are made, and their reference */
+        uint64_t Uq = mul(U, G), N = cfg->dims.has_query ? cfg->query.n : 0;
         int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0;
-        w = add(w, add(mul(1 + v, layer), add(copies ? layer : 0, mul(mul(Hq, N), T))));
-        w = add(w, add(add(mul(mul(Hq, N), add(D, mul(2, T))), mul(H, T)), cfg->rope_cache_pre ? layer : 0));
+        w = add(w, add(mul(1 + v, chunk), add(copies ? chunk : 0, mul(mul(Uq, N), T))));
+        w = add(w, add(add(mul(mul(Uq, N), add(D, mul(2, T))), mul(U, T)), cfg->rope_cache_pre ? chunk : 0));
     }
     return w;
 }
@@ -58,18 +69,20 @@ void memory_estimate(MemEstimate *e, const Config *cfg, const MemRun *r)
     uint64_t v = cfg->dims.has_values != 0, N = cfg->dims.has_query ? cfg->query.n : 0, W = cfg->observe.n;
     uint64_t n = mul(mul(L, H), mul(T, D)), layer = mul(H, mul(T, D)), nq = mul(mul(L, Hq), N);
     int stream = synth_stream_wanted(cfg);
+    uint64_t U = stream ? chunk_heads(cfg, r) : H, chunk = mul(U, mul(T, D));
     e->data = mul(8, add(add(stream ? 0 : mul(1 + v, n), mul(mul(mul(L, Hq), add(N, W)), D)), W));
     /* while the data is made, a layer at a time: the layer's K and V (unless the data is that one layer), a
      * second copy of a layer's tensor (lowrank keys and their noise, RoPE'd keys, head correlation, outlier
      * channels, a file's values) and the draws of the layer's queries (one per token) */
     int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0 ||
                  cfg->from_files;
-    e->making = mul(8, add(add(L > 1 || stream ? mul(1 + v, layer) : 0, copies ? layer : 0), mul(mul(Hq, N), T)));
+    uint64_t made = stream ? chunk : layer, madeq = stream ? mul(U, Hq / H) : Hq;   /* streamed: U heads at a time */
+    e->making = mul(8, add(add(L > 1 || stream ? mul(1 + v, made) : 0, copies ? made : 0), mul(mul(madeq, N), T)));
     if (!stream)   /* streamed data: each layer's reference is made in the experiment */
         e->reference = mul(8, add(add(mul(nq, add(D, mul(2, T))), mul(mul(L, H), T)), cfg->rope_cache_pre ? n : 0));
     for (size_t i = 0; i < cfg->n_exps; i++) {
         if (r->runs && !r->runs[i]) continue;
-        uint64_t w = mul(8, working_set(&cfg->exps[i], cfg, nq, stream));
+        uint64_t w = mul(8, working_set(&cfg->exps[i], cfg, nq, stream, U));
         if (w > e->experiment) {
             e->experiment = w;
             e->largest = i;

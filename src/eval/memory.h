@@ -1,27 +1,29 @@
 /* memory: what a `kvc run` will allocate, estimated from its Config before any data exists, and the check that
  * refuses a run that cannot fit (README "Reliability"). No allocation of data here, no I/O but /proc.
  *
- * L layers, H KV heads, Hq query heads, T tokens, D head dim, N evaluation and W observation queries per query
- * head; n = L x H x T x D numbers per tensor, a layer = H x T x D of them, v = 1 with values (else 0); sizes in
- * bytes, 8 per double. "Streamed": synthetic data that kvc run makes a layer at a time (synth_stream_wanted,
- * src/data/synth.h): K and V are then never held whole.
+ * L layers, H KV heads, Hq query heads (G = Hq / H per KV head), T tokens, D head dim, N evaluation and W
+ * observation queries per query head; n = L x H x T x D numbers per tensor, a layer = H x T x D of them, v = 1
+ * with values (else 0); sizes in bytes, 8 per double. "Streamed": synthetic data that kvc run makes a few KV
+ * heads at a time (synth_stream_wanted, src/data/synth.h): K and V are then never held whole. U: the KV heads in
+ * flight, min(H, -j threads) for streamed data (H when an experiment that runs is layer-wide, methods.h
+ * method_layer_wide), else H.
  *   data        K, V, Q, O as the run holds them: 8 (n (1 + v) + L Hq (N + W) D); streamed, 8 L Hq (N + W) D
- *   making it   while it is made, a layer at a time: that layer's K and V, 8 (1 + v) H T D (not when the data is
- *               a single layer held whole: its arrays become the data's), a second copy of a layer's tensor,
- *               8 H T D (lowrank keys, RoPE, head correlation, outlier channels, values read from a file), and
- *               8 Hq N T for the draws of a layer's queries; freed before the experiments
+ *   making it   while it is made, U KV heads at a time: their K and V, 8 (1 + v) U T D (not when the data is
+ *               a single layer held whole: its arrays become the data's), a second copy of their tensor,
+ *               8 U T D (lowrank keys, RoPE, head correlation, outlier channels, values read from a file), and
+ *               8 U G N T for the draws of their queries; freed before the experiments
  *   reference   8 (L Hq N (D + 2 T) + L H T), plus n when the keys are cached before RoPE (the rotated copy);
  *               streamed, nothing (each layer's reference is part of the experiment)
  *   experiment  the largest over the experiments that run: 8 x (4 numbers per evaluation query + 2 T D for one
- *               head's scratch), and for a method that rewrites keys or values the outputs of one layer's heads,
- *               8 (1 + v) H T D (twice for a method that takes a whole layer: cast, lowrank, share_heads,
+ *               head's scratch), and for a method that rewrites keys or values the outputs of U heads,
+ *               8 (1 + v) U T D (twice for a method that takes a whole layer: cast, lowrank, share_heads,
  *               pipeline), with outlier channels 8 x 2 T D for k_error_ordinary's copies of one head; lowrank adds
  *               its SVD copies (8 x 2 T D, or 8 x 2 H T D for a joint basis), also as a pipeline step. Errors over
  *               every head are norms fed head by head (src/eval/normacc.h), never tensors. Streamed, also the
- *               layer made for the experiment (its K and V, a second copy and its queries' draws, as in "making
- *               it") and its reference, 8 (Hq N (D + 2 T) + H T) (+ 8 H T D for keys cached before RoPE); without
- *               timing the experiments then run together a layer at a time (eval_experiments), and each other one
- *               keeps its numbers meanwhile: 8 (4 L Hq N + 8 L H)
+ *               U heads made for the experiment (their K and V, a second copy and their queries' draws, as in
+ *               "making it") and their reference, 8 (U G N (D + 2 T) + U T) (+ 8 U T D for keys cached before
+ *               RoPE); without timing the experiments then run together U heads at a time (eval_experiments), and
+ *               each other one keeps its numbers meanwhile: 8 (4 L Hq N + 8 L H)
  *   timing      the FP16 cache and the stored form of the timed decode step: 4 n (1 + v) (not with --per-head
  *               or --no-timing): decode timing holds every layer
  *   (limits)    under `ulimit -v` or `ulimit -d` also the OpenBLAS buffer (memlimit.h) and 8 MB of stack per
