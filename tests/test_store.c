@@ -590,6 +590,73 @@ static int quantize_mode(const char *fmt, size_t T, size_t W)
     return 0;
 }
 
+/* intN with double input takes store.c's fast paths (group scales with an AVX2 abs-max, whole-byte code packing,
+ * whole-byte values); float input the generic ones. Both must give the same codes and parameters, and
+ * store_dequantize_f64 the values an independent reading of the layout gives: code - off at bit (t W + j) b,
+ * times the group's FP32 scale, plus its min (store.h). Odd widths put rows off byte boundaries; zeros, NaN-free. */
+static void test_intn_fast_paths(void)
+{
+    int ok = 1;
+    char why[256] = "";
+    uint64_t seed = 11;
+    size_t Ws[] = {128, 7, 33}, gs[] = {0, 32, 3};
+    for (size_t wi = 0; wi < 3; wi++)
+        for (int bits = 2; bits <= 8; bits *= 2)
+            for (int asym = 0; asym < 2; asym++)
+                for (int ax = 0; ax < 2; ax++)
+                    for (size_t gi = 0; gi < 3; gi++) {
+                        size_t T = 9, W = Ws[wi];
+                        StoreAxis axis = ax ? STORE_AXIS_CHANNEL : STORE_AXIS_TOKEN;
+                        StoreFormat f = store_intn_format(bits, asym, axis, gs[gi], STORE_SCALE_F32);
+                        double *xd = xmalloc(T * W * sizeof *xd), *y = xmalloc(T * W * sizeof *y);
+                        float *xf = xmalloc(T * W * sizeof *xf);
+                        for (size_t i = 0; i < T * W; i++) {
+                            xf[i] = i % 11 == 3 ? 0.0f : (float)(lcg_normal(&seed) * (i % 5 == 0 ? 20.0 : 1.0));
+                            xd[i] = xf[i];
+                        }
+                        StoreTensor a, b;
+                        store_alloc(&a, f, T, W);
+                        store_alloc(&b, f, T, W);
+                        store_quantize_f64(&a, xd);
+                        store_quantize_f32(&b, xf);
+                        size_t cb = (T * W * (size_t)bits + 7) / 8;
+                        if (memcmp(a.codes, b.codes, cb) != 0 || a.param_bytes != b.param_bytes ||
+                            memcmp(a.params, b.params, a.param_bytes) != 0) {
+                            ok = 0;
+                            snprintf(why, sizeof why, "int%d asym %d axis %d W %zu group %zu: double and float input "
+                                     "give different codes or parameters", bits, asym, ax, W, gs[gi]);
+                        }
+                        store_dequantize_f64(y, &a);
+                        size_t ext = axis == STORE_AXIS_TOKEN ? W : T;
+                        size_t g = gs[gi] && gs[gi] < ext ? gs[gi] : ext, per = (ext + g - 1) / g;
+                        int off = asym ? 0 : 1 << (bits - 1);
+                        for (size_t t = 0; t < T && ok; t++)
+                            for (size_t j = 0; j < W && ok; j++) {
+                                size_t o = (t * W + j) * (size_t)bits, k = axis == STORE_AXIS_TOKEN ? t * per + j / g
+                                                                                                    : t / g * W + j;
+                                unsigned v = a.codes[o / 8] >> (o % 8);
+                                if (o % 8 + (size_t)bits > 8) v |= (unsigned)a.codes[o / 8 + 1] << (8 - o % 8);
+                                v &= (1u << bits) - 1u;
+                                float sc, mn = 0.0f;
+                                memcpy(&sc, a.params + 4 * k, 4);
+                                if (asym) memcpy(&mn, a.params + 4 * (a.n_groups + k), 4);
+                                double code = (double)((int)v - off), want = asym ? code * sc + mn : code * sc;
+                                if (y[t * W + j] != want) {
+                                    ok = 0;
+                                    snprintf(why, sizeof why, "int%d asym %d axis %d W %zu group %zu: value %a at "
+                                             "(%zu, %zu), want %a", bits, asym, ax, W, gs[gi], y[t * W + j], t, j,
+                                             want);
+                                }
+                            }
+                        store_free(&a);
+                        store_free(&b);
+                        free(xd);
+                        free(xf);
+                        free(y);
+                    }
+    check(ok, "store-intn-fast-paths", "%s", why);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--decode-fp8") == 0) return decode_fp8();
@@ -602,6 +669,7 @@ int main(int argc, char **argv)
     test_half_paths();
     test_int_codes();
     test_intn_near_ties();
+    test_intn_fast_paths();
     test_lowrank();
     test_half_double_bits();
     test_traits();

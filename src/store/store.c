@@ -768,11 +768,51 @@ static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t 
 #endif
             intn_code_values(q, x + j0, m, sc, asym ? mn : 0.0, lo, levels, off);
         size_t o = bit0 + j0 * (size_t)b;
-        if (b == 8)
+        if (b == 8) {
             for (size_t j = 0; j < m; j++) codes[o / 8 + j] |= q[j];
-        else
+        } else if (b == 4 && o % 8 == 0 && m % 2 == 0) {   /* whole bytes: two codes each, low nibble first */
+            uint8_t *c = codes + o / 8;
+            for (size_t k = 0; k < m / 2; k++) c[k] |= (uint8_t)(q[2 * k] | q[2 * k + 1] << 4);
+        } else {
             for (size_t j = 0; j < m; j++, o += (size_t)b) codes[o / 8] |= (uint8_t)(q[j] << (o % 8));
+        }
     }
+}
+
+/* max(h, the largest |x[j]|) for j < n, as the loop "if (fabs(x[j]) > h) h = fabs(x[j])" finds it (a NaN never
+ * wins): maxpd(|x|, h) is that comparison lane by lane, and the maximum of numbers >= +0 does not depend on the
+ * order they are met in, so lanes may be combined in any order. */
+static double span_absmax_ref(const double *x, size_t n, double h)
+{
+    for (size_t j = 0; j < n; j++)
+        if (fabs(x[j]) > h) h = fabs(x[j]);
+    return h;
+}
+
+#if defined(__x86_64__) && defined(__SSE2__)
+__attribute__((target("avx2"))) static double span_absmax_avx2(const double *x, size_t n, double h)
+{
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    __m256d a = _mm256_set1_pd(h), b = a;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        a = _mm256_max_pd(_mm256_andnot_pd(sign, _mm256_loadu_pd(x + j)), a);
+        b = _mm256_max_pd(_mm256_andnot_pd(sign, _mm256_loadu_pd(x + j + 4)), b);
+    }
+    double l[4];
+    _mm256_storeu_pd(l, _mm256_max_pd(a, b));
+    for (int k = 0; k < 4; k++)
+        if (l[k] > h) h = l[k];
+    return span_absmax_ref(x + j, n - j, h);
+}
+#endif
+
+static double span_absmax(const double *x, size_t n, double h)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+    if (n >= 8 && intn_have_avx2()) return span_absmax_avx2(x, n, h);
+#endif
+    return span_absmax_ref(x, n, h);
 }
 
 static void intn_params(StoreTensor *st, const double *xd, const float *xf, double *exact)
@@ -801,8 +841,7 @@ static void intn_params(StoreTensor *st, const double *xd, const float *xf, doub
                         if (x[j] > h) h = x[j];
                     }
                 } else {
-                    for (size_t j = j0; j < j1; j++)
-                        if (fabs(x[j]) > h) h = fabs(x[j]);
+                    h = span_absmax(x + j0, j1 - j0, h);
                 }
                 lo[k] = l;
                 hi[k] = h;
@@ -862,6 +901,22 @@ static void intn_value_span(double *x, const uint8_t *codes, size_t bit0, size_t
 {
     int off = asym ? 0 : 1 << (b - 1);
     unsigned mask = (1u << b) - 1u;
+    if (bit0 % 8 == 0 && (b == 8 || (b == 4 && n % 2 == 0))) {   /* whole bytes: the same values, a plain loop */
+        const uint8_t *c = codes + bit0 / 8;
+        if (b == 8) {
+            if (asym)
+                for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc + mn;
+            else
+                for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc;
+        } else {
+            for (size_t k = 0; k < n / 2; k++) {
+                double lo = (double)((int)(c[k] & 15u) - off), hi = (double)((int)(c[k] >> 4) - off);
+                x[2 * k] = asym ? lo * sc + mn : lo * sc;
+                x[2 * k + 1] = asym ? hi * sc + mn : hi * sc;
+            }
+        }
+        return;
+    }
     for (size_t j = 0; j < n; j++) {
         size_t o = bit0 + j * (size_t)b;
         double code = (double)((int)((codes[o / 8] >> (o % 8)) & mask) - off);
