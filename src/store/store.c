@@ -773,6 +773,10 @@ static void intn_code_span(uint8_t *codes, size_t bit0, const double *x, size_t 
         } else if (b == 4 && o % 8 == 0 && m % 2 == 0) {   /* whole bytes: two codes each, low nibble first */
             uint8_t *c = codes + o / 8;
             for (size_t k = 0; k < m / 2; k++) c[k] |= (uint8_t)(q[2 * k] | q[2 * k + 1] << 4);
+        } else if (b == 2 && o % 8 == 0 && m % 4 == 0) {   /* four codes a byte, lowest bits first */
+            uint8_t *c = codes + o / 8;
+            for (size_t k = 0; k < m / 4; k++)
+                c[k] |= (uint8_t)(q[4 * k] | q[4 * k + 1] << 2 | q[4 * k + 2] << 4 | q[4 * k + 3] << 6);
         } else {
             for (size_t j = 0; j < m; j++, o += (size_t)b) codes[o / 8] |= (uint8_t)(q[j] << (o % 8));
         }
@@ -901,19 +905,24 @@ static void intn_value_span(double *x, const uint8_t *codes, size_t bit0, size_t
 {
     int off = asym ? 0 : 1 << (b - 1);
     unsigned mask = (1u << b) - 1u;
-    if (bit0 % 8 == 0 && (b == 8 || (b == 4 && n % 2 == 0))) {   /* whole bytes: the same values, a plain loop */
+    if (bit0 % 8 == 0 && n % (8 / (size_t)b) == 0) {   /* whole bytes, low bits first: the same values, plain loops */
         const uint8_t *c = codes + bit0 / 8;
-        if (b == 8) {
-            if (asym)
-                for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc + mn;
-            else
-                for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc;
-        } else {
+        if (b == 8 && !asym) {
+            for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc;
+        } else if (b == 8) {
+            for (size_t j = 0; j < n; j++) x[j] = (double)((int)c[j] - off) * sc + mn;
+        } else if (b == 4) {
             for (size_t k = 0; k < n / 2; k++) {
                 double lo = (double)((int)(c[k] & 15u) - off), hi = (double)((int)(c[k] >> 4) - off);
                 x[2 * k] = asym ? lo * sc + mn : lo * sc;
                 x[2 * k + 1] = asym ? hi * sc + mn : hi * sc;
             }
+        } else {
+            for (size_t k = 0; k < n / 4; k++)
+                for (unsigned i = 0; i < 4; i++) {
+                    double code = (double)((int)((c[k] >> (2 * i)) & 3u) - off);
+                    x[4 * k + i] = asym ? code * sc + mn : code * sc;
+                }
         }
         return;
     }
