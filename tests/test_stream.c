@@ -3,7 +3,8 @@
  *   whatever the pieces (random lengths, zeros fed as normacc_zeros, tails of every length mod 16), and on la_norm's
  *   overflow/underflow fallback. Bit equality holds where OpenBLAS runs its AVX2 dot kernel (scripts/numeric-env.sh
  *   pins it; tests/run.sh sources that script), so the check is skipped when OPENBLAS_CORETYPE is not Haswell/Zen.
- * - synth_data_stream (src/data/synth.h): every layer data_layer makes equals that layer of synth_data bit for bit,
+ * - synth_data_stream (src/data/synth.h): every layer data_layer makes, and every run of KV heads data_heads makes,
+ *   equals that part of synth_data bit for bit,
  *   and Q, O and the outlier mask are the same, for configs that use every generator feature (lowrank keys with
  *   noise, head correlation, outliers and outlier channels, RoPE pre and post, look_back and key_gaussian queries with
  *   head correlation and bias, observation queries, sinks, recent tokens, heavy hitters, spread, no values).
@@ -150,6 +151,22 @@ static void stream_case(const char *name, const char *json, int threads)
         data_layer_free(&ds);
     }
     check(ok, name, "a streamed layer differs from the whole data");
+    /* any run of KV heads of any layer, made alone (groups and query heads cut anywhere): the whole data's slice */
+    int okh = 1;
+    size_t hm = w.T * w.D;
+    for (size_t l = 0; l < w.L; l++)
+        for (size_t h0 = 0; h0 < w.H; h0++)
+            for (size_t nh = 1; h0 + nh <= w.H; nh++) {
+                DataLayer dw, ds;
+                data_heads(&dw, &w, l, h0, nh);
+                data_heads(&ds, &s, l, h0, nh);
+                okh &= same(dw.K, ds.K, nh * hm) && same(dw.V, ds.V, nh * hm) && dw.K == w.K + (l * w.H + h0) * hm;
+                data_layer_free(&dw);
+                data_layer_free(&ds);
+            }
+    char hname[128];
+    snprintf(hname, sizeof hname, "%s_heads", name);
+    check(okh, hname, "KV heads made alone differ from the whole data");
     data_free(&w);
     data_free(&s);
     config_free(&cfg);
