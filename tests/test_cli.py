@@ -16,9 +16,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import checks  # tests/checks.py: PASS/FAIL lines
 from checks import report
@@ -659,6 +661,18 @@ def size_and_provenance_checks():
     bm = load(bcsv + ".meta.json") if rc == 0 and os.path.exists(bcsv + ".meta.json") else {}
     report("bench-csv-file-sidecar", None if bm.get("file") == bcsv and bm["runs"][0]["plan"]["repeat"] == 5 and
            open(bcsv).read() == out else "exit %d %s %s" % (rc, short(err), short(bm)))
+    # interrupted part way, --csv-file leaves the file it would replace as it was, and no temporary
+    with open(bcsv, "w") as f:
+        f.write("old\n")
+    p = subprocess.Popen([KVC, "bench", "--tokens", "256Ki", "--kv-heads", "8", "--head-dim", "128", "--formats",
+                          "f16", "--threads", "1", "--repeat", "1000", "--naive-repeat", "0", "--bw-mib", "4",
+                          "--csv-file", bcsv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    left = [x for x in os.listdir(TMP) if x.startswith("bench.csv.tmp")]
+    report("bench-csv-file-interrupted", None if p.returncode != 0 and open(bcsv).read() == "old\n" and not left
+           else "exit %s, file %r, temporaries %s" % (p.returncode, open(bcsv).read()[:80], left))
     rc, out, err = run(tiny)
     head = next((ln for ln in out.split("\n") if ln.startswith("format ")), "")
     report("bench-table-outliers-column", None if rc == 0 and head.split()[-1] == "outl" and

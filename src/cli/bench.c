@@ -3,6 +3,8 @@
 #include "cli/cli.h"
 #include "base/util.h"
 #include "cli/provenance.h"
+#include "base/fileio.h"
+#include "report/results.h"
 #include "decode/decode.h"
 #include "eval/bench.h"
 
@@ -43,7 +45,8 @@ const char cmd_bench_usage[] =
     "                    provenance, the bandwidth, the rows) or jsonl (one row per line); JSON rows add\n"
     "                    ms_mad and outliers to the CSV's columns\n"
     "  --csv-file PATH   also write the CSV to PATH, and PATH.meta.json (what made it: README\n"
-    "                    \"Provenance\"); make bench: one run, table and CSV\n"
+    "                    \"Provenance\"); make bench: one run, table and CSV. PATH is replaced\n"
+    "                    when the bench is done (a failed or interrupted one leaves it as it was)\n"
     "\n"
     "Outliers, as hyperfine flags them: a timed step whose modified Z-score 0.6745 |t - median| / MAD is\n"
     "above 14. The table's outl column counts them per row (fused steps); rows with any are listed after\n"
@@ -374,9 +377,11 @@ int cmd_bench(int argc, char **argv)
         return cmd_fail(EXIT_USAGE);
     }
     const BenchPlan *o = &a.plan;
-    FILE *csv_out = NULL;
-    if (a.csv_file && !(csv_out = fopen(a.csv_file, "w"))) {
-        fprintf(stderr, "kvc: bench: --csv-file: cannot write %s (got %s)\n", a.csv_file, strerror(errno));
+    /* --csv-file: checked, locked and its temporary made before any work; renamed onto the path only once the
+     * whole CSV is written (fileio.h), so a failed or interrupted bench leaves the old file as it was */
+    FileOut csv_out = {0};
+    if (a.csv_file && fileio_out_open(&csv_out, a.csv_file, FILEIO_REPLACE)) {
+        fprintf(stderr, "kvc: bench: --csv-file: %s\n", kvc_errmsg());
         free(a.formats);
         return EXIT_RUNTIME;
     }
@@ -390,15 +395,22 @@ int cmd_bench(int argc, char **argv)
     } else {
         bench_provenance(prov, o, bw_med, bw_max);
         prov_run_finish(prov, EXIT_OK);
-        if (csv_out) {
-            fprintf(csv_out, "%s\n", csv_header);
-            for (size_t i = 0; i < n_res; i++) print_csv_row(csv_out, o, &res[i]);
-            int bad = ferror(csv_out);
-            if (fclose(csv_out) != 0 || bad) {
-                fprintf(stderr, "kvc: bench: --csv-file: cannot write %s (got %s)\n", a.csv_file, strerror(errno));
+        if (csv_out.open) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *mf = open_memstream(&buf, &len);
+            if (!mf) {
+                xalloc_context("bench: the CSV");
+                xalloc_die(0);
+            }
+            fprintf(mf, "%s\n", csv_header);
+            for (size_t i = 0; i < n_res; i++) print_csv_row(mf, o, &res[i]);
+            fclose(mf);
+            if (results_write_all(csv_out.fd, a.csv_file, buf, len) || fileio_out_commit(&csv_out)) {
+                fprintf(stderr, "kvc: bench: --csv-file: %s\n", kvc_errmsg());
                 rc = EXIT_RUNTIME;
             }
-            csv_out = NULL;
+            free(buf);
             if (rc == EXIT_OK && prov_sidecar(a.csv_file, NULL, prov)) rc = cmd_fail(EXIT_RUNTIME);
         }
         if (a.format == BENCH_OUT_CSV) {
@@ -428,7 +440,7 @@ int cmd_bench(int argc, char **argv)
         print_outliers(a.format == BENCH_OUT_TABLE ? stdout : stderr, res, n_res, o->repeat,
                        a.format == BENCH_OUT_TABLE);
     }
-    if (csv_out) fclose(csv_out);
+    fileio_out_abort(&csv_out);   /* a failure before the CSV: the temporary goes, the old file stays */
     cJSON_Delete(prov);
     free(res);
     free(a.formats);
