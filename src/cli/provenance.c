@@ -239,8 +239,8 @@ int prov_sidecar(const char *file, const cJSON *before, const cJSON *run)
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) {
-        fprintf(stderr, "kvc: out of memory (provenance)\n");
-        abort();
+        xalloc_context("provenance");
+        xalloc_die(0);   /* exit 1, as xmalloc */
     }
     char *name = sidecar_name(file);
     size_t tn = strlen(name) + 16;

@@ -145,8 +145,8 @@ int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg)
     size_t dlen = 0;
     FILE *dj = open_memstream(&djson, &dlen);
     if (!dj) {
-        fprintf(stderr, "kvc: out of memory (files.json)\n");
-        abort();
+        xalloc_context("files.json");
+        xalloc_die(0);   /* exit 1, as xmalloc */
     }
     fputs("{\"source\": \"files\", \"files\": {", dj);
     int rc = 0, first = 1;

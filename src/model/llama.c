@@ -29,8 +29,8 @@ static float *falloc(size_t n)
     void *p = NULL;
     size_t bytes;
     if (size_mul(n ? n : 1, sizeof(float), &bytes) < 0 || posix_memalign(&p, 64, bytes) != 0) {
-        fprintf(stderr, "kvc: out of memory allocating %zu floats\n", n);
-        abort();
+        xalloc_context("the model's buffers");
+        xalloc_die(n > SIZE_MAX / sizeof(float) ? SIZE_MAX : n * sizeof(float));   /* exit 1, as xmalloc */
     }
     return p;
 }

@@ -129,8 +129,8 @@ static FILE *memstream(char **buf, size_t *len)
 {
     FILE *f = open_memstream(buf, len);
     if (!f) {
-        fprintf(stderr, "kvc: out of memory (formatting a row)\n");
-        abort();
+        xalloc_context("formatting a row");
+        xalloc_die(0);   /* exit 1, as xmalloc */
     }
     return f;
 }
