@@ -549,6 +549,28 @@ static void step_norms(void *arg, size_t isv, int tid)
     }
 }
 
+/* The data's own norms over a chunk, fed head by head in order: item 0 the keys, item 1 the values. */
+typedef struct DataNorms {
+    const Layer *y;
+    const Data *d;
+    NormAcc *acc[2];        /* ||K||, ||V|| over every head (aggregate rows), or NULL */
+    double *per_head[2];    /* (L, H): each head's, for per-head rows, or NULL */
+} DataNorms;
+
+static void step_data_norms(void *arg, size_t isv, int tid)
+{
+    (void)tid;
+    const DataNorms *w = arg;
+    const Data *d = w->d;
+    size_t m = d->T * d->D;
+    const double *x = isv ? w->y->dl.V : w->y->dl.K;
+    if (!x) return;
+    for (size_t i = 0; i < w->y->nh; i++) {
+        if (w->acc[isv]) normacc_add(w->acc[isv], x + i * m, m);
+        if (w->per_head[isv]) w->per_head[isv][w->y->l * d->H + w->y->h0 + i] = la_norm(x + i * m, m);
+    }
+}
+
 static void run_items(Pool *pool, PoolFn fn, void *arg, size_t n)
 {
     if (pool && n > 1) pool_run(pool, fn, arg, n);
@@ -705,17 +727,11 @@ static int evaluate(Row *const *aggs, Row *const *heads, const Experiment *const
             ref_chunk(&y.rl, ref, d, l, h0, nh, &y.dl, pool);
             /* streamed data is made again at new addresses: its decompositions are the chunk's */
             SvdCache *svd = d->stream ? svdcache_new() : ref->svd;
+            DataNorms dn = {&y, d, {aggs ? &kr : NULL, aggs ? &vr : NULL}, {hkr, hvr}};
+            run_items(pool, step_data_norms, &dn, 2);
             for (size_t i = 0; i < nh; i++) {
                 size_t h = h0 + i;
                 const double *K = y.dl.K + i * m, *V = y.dl.V ? y.dl.V + i * m : NULL;
-                if (aggs) {
-                    normacc_add(&kr, K, m);
-                    if (V) normacc_add(&vr, V, m);
-                }
-                if (heads) {
-                    hkr[l * H + h] = la_norm(K, m);
-                    hvr[l * H + h] = V ? la_norm(V, m) : 0.0;
-                }
                 MethodInput *in = &y.ins[i];
                 *in = (MethodInput){.T = T, .D = D, .K = K, .V = V, .w_ref = y.rl.wsum ? y.rl.wsum + i * T : NULL,
                                     .K_att = y.rl.Katt ? y.rl.Katt + i * m : NULL, .layer = l, .head = h,
