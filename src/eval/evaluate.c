@@ -571,6 +571,14 @@ static void step_data_norms(void *arg, size_t isv, int tid)
     }
 }
 
+/* Items [0, upto) the attention of each head, then the two sides of the norms (step_norms). */
+static void step_measure(void *arg, size_t i, int tid)
+{
+    LayerWork *w = arg;
+    if (i < w->upto) step_attention(arg, i, tid);
+    else step_norms(arg, i - w->upto, tid);
+}
+
 static void run_items(Pool *pool, PoolFn fn, void *arg, size_t n)
 {
     if (pool && n > 1) pool_run(pool, fn, arg, n);
@@ -612,8 +620,12 @@ static int job_layer(Job *j, const Layer *y, const Data *d, Pool *pool)
         e->evicts[b] = cs[h].kept != NULL;
         e->bytes[b] = cs[h].bytes;
     }
-    run_items(pool, step_attention, &w, w.upto);
-    run_items(pool, step_norms, &w, 2);
+    if (j->heads) {   /* per-head rows: the norms turn K' into K' - K in place, after the attention read it */
+        run_items(pool, step_attention, &w, w.upto);
+        run_items(pool, step_norms, &w, 2);
+    } else {          /* the norms only read: both steps at once (the lesson's single head keeps 2 threads busy) */
+        run_items(pool, step_measure, &w, w.upto + 2);
+    }
     /* the first failure in head order: a head's keys before its values, and any of the heads before the first
      * whose method failed before that method */
     size_t first = w.stop[0] <= w.stop[1] ? 2 * w.stop[0] : 2 * w.stop[1] + 1;
