@@ -19,6 +19,12 @@ static uint64_t add(uint64_t a, uint64_t b)
     return b > UINT64_MAX - a ? UINT64_MAX : a + b;
 }
 
+/* Observation queries drawn as key_gaussian draw one number per token each (a = N(.., W, T)); look_back ones a few. */
+static uint64_t observe_draws(const Config *cfg)
+{
+    return cfg->observe.n > 0 && cfg->observe.gen == QUERY_KEY_GAUSSIAN ? cfg->observe.n : 0;
+}
+
 /* The KV heads streamed data is evaluated (and first made) at a time: as many as threads (evaluate.c), the
  * layer's H when an experiment that runs needs them at once (method_layer_wide). */
 static uint64_t chunk_heads(const Config *cfg, const MemRun *r)
@@ -54,9 +60,9 @@ static uint64_t working_set(const Experiment *ex, const Config *cfg, uint64_t nq
     }
     if (lowrank) w = add(w, mul(2, joint ? layer : head));    /* the SVD's copies */
     if (stream) {   /* the heads made for the experiment, while they are made, and their reference */
-        uint64_t Uq = mul(U, G), N = cfg->dims.has_query ? cfg->query.n : 0;
+        uint64_t Uq = mul(U, G), N = cfg->dims.has_query ? cfg->query.n : 0, Wg = observe_draws(cfg);
         int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0;
-        w = add(w, add(mul(1 + v, chunk), add(copies ? chunk : 0, mul(mul(Uq, N), T))));
+        w = add(w, add(mul(1 + v, chunk), add(copies ? chunk : 0, mul(mul(Uq, N + Wg), T))));
         w = add(w, add(add(mul(mul(Uq, N), add(D, mul(2, T))), mul(U, T)), cfg->rope_cache_pre ? chunk : 0));
     }
     return w;
@@ -77,7 +83,8 @@ void memory_estimate(MemEstimate *e, const Config *cfg, const MemRun *r)
     int copies = cfg->has_rope || cfg->keys_gen == KEYS_LOWRANK || cfg->head_rho > 0 || cfg->oc_count > 0 ||
                  cfg->from_files;
     uint64_t made = stream ? chunk : layer, madeq = stream ? mul(U, Hq / H) : Hq;   /* streamed: U heads at a time */
-    e->making = mul(8, add(add(L > 1 || stream ? mul(1 + v, made) : 0, copies ? made : 0), mul(mul(madeq, N), T)));
+    e->making = mul(8, add(add(L > 1 || stream ? mul(1 + v, made) : 0, copies ? made : 0),
+                           mul(mul(madeq, add(N, observe_draws(cfg))), T)));
     if (!stream)   /* streamed data: each layer's reference is made in the experiment */
         e->reference = mul(8, add(add(mul(nq, add(D, mul(2, T))), mul(mul(L, H), T)), cfg->rope_cache_pre ? n : 0));
     for (size_t i = 0; i < cfg->n_exps; i++) {

@@ -11,7 +11,8 @@
  *   making it   while it is made, U KV heads at a time: their K and V, 8 (1 + v) U T D (not when the data is
  *               a single layer held whole: its arrays become the data's), a second copy of their tensor,
  *               8 U T D (lowrank keys, RoPE, head correlation, outlier channels, values read from a file), and
- *               8 U G N T for the draws of their queries; freed before the experiments
+ *               8 U G (N + W') T for the draws of their queries (W' = W for key_gaussian observation queries,
+ *               which draw a number per token each, else 0); freed before the experiments
  *   reference   8 (L Hq N (D + 2 T) + L H T), plus n when the keys are cached before RoPE (the rotated copy);
  *               streamed, nothing (each layer's reference is part of the experiment)
  *   experiment  the largest over the experiments that run: 8 x (4 numbers per evaluation query + 2 T D for one
@@ -25,7 +26,8 @@
  *               RoPE); without timing the experiments then run together U heads at a time (eval_experiments), and
  *               each other one keeps its numbers meanwhile: 8 (4 L Hq N + 8 L H)
  *   timing      the FP16 cache and the stored form of the timed decode step: 4 n (1 + v) (not with --per-head
- *               or --no-timing): decode timing holds every layer
+ *               or --no-timing): decode timing holds every layer (streamed data makes its FP16 cache a KV head
+ *               at a time, within the experiment's making)
  *   (limits)    under `ulimit -v` or `ulimit -d` also the OpenBLAS buffer (memlimit.h) and 8 MB of stack per
  *               --threads thread: address space that counts against the limits, not against physical memory
  *   rows        the rows kept for the output (by kvc run, and again for a table): 2 x experiments x (L H with

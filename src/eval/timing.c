@@ -131,20 +131,18 @@ static DecodeCache cache_of(const TimedCache *tc)
 /* The FP16 cache of every token of every KV head of the data. */
 static void build_base(TimedCache *tc, const Data *d)
 {
-    size_t m = d->T * d->D;
     timing_cache_init(tc, d->L, d->H);
-    for (size_t l = 0; l < d->L; l++) {
-        DataLayer dl;
-        data_layer(&dl, d, l);   /* streamed data: made a layer at a time */
+    for (size_t l = 0; l < d->L; l++)
         for (size_t h = 0; h < d->H; h++) {
+            DataLayer dl;
+            data_heads(&dl, d, l, h, 1);   /* streamed data: made a head at a time */
             MethodStored s;
             memset(&s, 0, sizeof s);
-            method_store_f16(&s.K, dl.K + h * m, NULL, d->T, d->D);
-            if (dl.V) method_store_f16(&s.V, dl.V + h * m, NULL, d->T, d->D);
+            method_store_f16(&s.K, dl.K, NULL, d->T, d->D);
+            if (dl.V) method_store_f16(&s.V, dl.V, NULL, d->T, d->D);
             timing_cache_add(tc, &s);
+            data_layer_free(&dl);
         }
-        data_layer_free(&dl);
-    }
 }
 
 Timing *timing_create(const Data *d, int threads, int repeat)
@@ -157,11 +155,11 @@ Timing *timing_create(const Data *d, int threads, int repeat)
     tm->q = xmalloc(L * Hq * D * sizeof *tm->q);
     DataLayer dl = {0};
     for (size_t i = 0; i < L * Hq; i++) {
-        if (!(d->Q && N) && i % Hq == 0) {   /* no queries: the last key of each head (streamed: its layer made) */
+        if (!(d->Q && N) && i % G == 0) {   /* no queries: the last key of each KV head (streamed: that head made) */
             data_layer_free(&dl);
-            data_layer(&dl, d, i / Hq);
+            data_heads(&dl, d, i / Hq, (i % Hq) / G, 1);
         }
-        const double *x = d->Q && N ? d->Q + i * N * D : dl.K + (((i % Hq) / G) * T + (T - 1)) * D;
+        const double *x = d->Q && N ? d->Q + i * N * D : dl.K + (T - 1) * D;
         for (size_t j = 0; j < D; j++) tm->q[i * D + j] = (float)x[j];
     }
     data_layer_free(&dl);
