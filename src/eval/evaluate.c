@@ -490,7 +490,7 @@ typedef struct Layer {
 } Layer;
 
 /* Job j's work on chunk y, in three steps of independent items run on the pool (the items write disjoint slots,
- * so the rows are the same for any thread count): the method per KV head (or once for the chunk, apply_layer);
+ * so the rows are the same for any thread count): the method per KV head (or once for the chunk when layer-wide);
  * the attention of each head's queries; the aggregate norms, keys and values as two items that each feed their
  * heads in order. An item that fails keeps its message; the first head in order that fails is reported (its
  * method before its keys before its values), so the message does not depend on how the heads are chunked. */
@@ -596,7 +596,7 @@ static int job_layer(Job *j, const Layer *y, const Data *d, Pool *pool)
                    .msg = xcalloc(2 * nh, sizeof *w.msg), .stop = xcalloc(2, sizeof *w.stop)};
     int rc = 0;
     char method_msg[1024] = "";
-    if (j->ex->method->apply_layer) {   /* a failure there is the chunk's: before any head is measured */
+    if (method_layer_wide(j->ex)) {   /* the chunk's heads at once; a failure is the chunk's, before any head */
         if (method_run(cs, j->ex, y->ins, nh, j->timed)) {
             rc = -1;
             w.upto = 0;

@@ -145,14 +145,15 @@ typedef struct MethodDesc {
      * set (e.g. LAPACK failure); out stays freeable either way */
     int (*apply)(Compressed *out, const Experiment *ex, const MethodInput *in);
     /* Optional, for methods that work across the KV heads of a layer (share_heads, lowrank joint, pipeline):
-     * when set, evaluation calls it once per layer instead of apply once per head. in[0..H) are the layer's KV
+     * when set and the experiment is layer-wide (below), evaluation calls it once per layer instead of once per
+     * head (method_run with one head: apply_layer on that head alone). in[0..H) are the layer's KV
      * heads in order (their Q_obs are contiguous: in[h + 1].Q_obs == in[h].Q_obs + G * W * D); out[0..H) are
      * zeroed by the caller and filled per head, bytes split over the heads so that they sum to the layer's
      * (README "How bytes are counted"). Returns 0 or -1 with kvc_fail set; out stays freeable either way. */
     int (*apply_layer)(Compressed *out, const Experiment *ex, const MethodInput *in, size_t H);
     /* Optional, with apply_layer: 1 when this experiment needs every KV head of the layer at once (a joint basis, a
-     * per-layer scale), 0 when apply_layer on any run of consecutive heads gives those heads what it gives them
-     * in the whole layer (streamed data then evaluates a few heads at a time). NULL: always 1. */
+     * per-layer scale), 0 when apply_layer on each head alone gives that head what it gives it in the whole layer
+     * (the heads then run on threads, and streamed data is evaluated a few heads at a time). NULL: always 1. */
     int (*layer_wide)(const Experiment *ex);
     /* 1: the method keeps a subset of the tokens (returns kept, no K/V) and counts them in FP16 plus index or
      * state bytes; pipelines run such steps before the steps that rewrite values. */
