@@ -110,9 +110,10 @@ typedef struct KernelSet {
 extern const KernelSet decode_kernels_ref;
 /* NULL when kvc was built without the AVX2 translation units (non-x86 targets). */
 const KernelSet *decode_kernels_avx2(void);
-/* The AVX2 set with the int4 and q4_0 slots (and int4's column order) replaced by AVX-512F/BW/VL kernels
- * (kernels_avx512.c); NULL when built without that translation unit, or when cpuid and xgetbv do not report
- * AVX-512F, BW and VL besides the AVX2 set's features (safe to call on any CPU). */
-const KernelSet *decode_kernels_avx512(void);
+/* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
+ * reports AVX512_VNNI, the int8 and q8_0 key slots take integer dot products (vpdpbusd) for two or more heads.
+ * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
+ * besides the AVX2 set's features (safe to call on any CPU). */
+const KernelSet *decode_kernels_avx512(int vnni);
 
 #endif

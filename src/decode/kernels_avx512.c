@@ -47,7 +47,9 @@
     defined(__FMA__) && defined(__F16C__)
 #include "store/elem.h"
 
+#include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define UNROLL _Pragma("GCC unroll 16")
@@ -423,6 +425,240 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
         }                                                                                                        \
     }
 
+/* ---- int8 / q8_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ------------------------ */
+
+/* Used for two or more heads with W % 64 == 0 and W <= VN_MAXW when cpuid reports AVX512_VNNI (decode.c).
+ *
+ * The query, exactly enough: per head a float32 scale sq = max|q| / VN_QMAX and the integer v = round(q / sq),
+ * |v| <= VN_QMAX < 2^23, written in three balanced base-256 digits, v = 65536 d0 + 256 d1 + d2, each in
+ * [-128, 127] (d2 = v mod 256 taken into [-128, 127], then d1 the same of (v - d2) / 256, d0 = the rest: |d0| <=
+ * (VN_QMAX / 256 + 128.5) / 256 < 128). The only rounding is v's: |q - sq v| <= sq / 2 = max|q| 2^-24 (about
+ * 6e-8 of the largest element), below float32's own rounding of the products the float kernels sum.
+ *
+ * Keys: vpdpbusd multiplies unsigned by signed bytes, so the key code k is read as k + 128 (the sign bit flipped,
+ * one XOR per 64 bytes) and each digit's accumulator starts at -128 sum_j d (per head and digit; q8_0: per
+ * block), which makes it sum_j k_j d_j exactly: an int32 sum whose partial values stay below 255 x 128 x W <=
+ * 2^31 (W <= VN_MAXW). Lanes are rows: a tile's 16 rows are transposed in dwords (16 x 64 bytes per chunk,
+ * four shuffle stages), so one vpdpbusd takes 4 columns of 16 rows against the query's 4 digits of one head
+ * (broadcast from memory); no horizontal sums. Per row of 128 int8 codes: 2 XORs + 8 shuffles for all heads,
+ * then 6 vpdpbusd per head (the float kernel: 16 conversions for all heads, then 8 FMAs and ~3 reduction
+ * shuffles per head).
+ *
+ * The three exact digit sums D0, D1, D2 become the score as float32: (D0 65536 + D1 256) + D2 (two roundings,
+ * each relative 2^-24 of a partial result whose size is at most sum_j |k_j| |v_j|), then times sq and the token
+ * scale (int8) or, per block of 32, times the block's FP16 scale d, summed over the blocks in float32 (q8_0).
+ * tests/test_decode.c checks it against attention in double like every other kernel (DECODE_TOL). */
+enum { VN_MAXW = 512 };
+#define VN_QMAX 8355000.0   /* < 127 * 65536 + 127 * 256 + 128, with room for float32's rounding of sq */
+
+#define VNNI_INLINE static inline __attribute__((always_inline, target("avx512vnni")))
+
+/* The G prepared queries (qp: W floats each, natural order) as digit words and offsets: qd[(c G + h) 3 + e] = the
+ * bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of columns 4c..4c+3 of head h; cor[(b G + h) 3 + e]
+ * = -128 x the sum of digit e over block b of bw columns (bw = W or 32); sq[h] the scales. W % 32 == 0.
+ * Returns 0, or -1 when a query holds a value that is not finite (the caller then takes the float kernel). */
+static int vn_prep(int32_t *qd, int32_t *cor, float *sq, const float *qp, size_t G, size_t W, size_t bw)
+{
+    const size_t nb = W / bw;
+    for (size_t h = 0; h < G; h++) {
+        const float *q = qp + h * W;
+        __m512 mx = _mm512_setzero_ps();
+        for (size_t j = 0; j < W; j += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q + j)));
+        const float m = _mm512_reduce_max_ps(mx);   /* NaN lanes lose to max: checked below */
+        if (!(m <= FLT_MAX)) return -1;
+        const float sc = m > 0.0f ? (float)(m / VN_QMAX) : 1.0f;
+        sq[h] = sc;
+        const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
+        const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
+        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (size_t j = 0; j < W; j += 16) {
+            const __m512 x = _mm512_loadu_ps(q + j);
+            __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
+            __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
+            lo = _mm512_max_pd(_mm512_min_pd(lo, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
+            hi = _mm512_max_pd(_mm512_min_pd(hi, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
+            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
+            /* balanced digits: d2 = v mod 256 in [-128, 127], r = (v - d2) / 256 (exact), and so on */
+            const __m512i d2 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(v, c128), c255), c128);
+            const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
+            const __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
+            const __m512i d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
+            const __m512i dg[3] = {d0, d1, d2};
+            for (int e = 0; e < 3; e++) {
+                int32_t w4[4];
+                _mm_storeu_si128((__m128i *)(void *)w4, _mm512_cvtepi32_epi8(dg[e]));   /* columns j..j+15 */
+                for (size_t c = 0; c < 4; c++) qd[((j / 4 + c) * G + h) * 3 + (size_t)e] = w4[c];
+                sum[e] = _mm512_add_epi32(sum[e], dg[e]);
+            }
+            if ((j + 16) % bw == 0) {
+                const size_t blk = j / bw;
+                for (int e = 0; e < 3; e++) {
+                    cor[(blk * G + h) * 3 + (size_t)e] = -128 * _mm512_reduce_add_epi32(sum[e]);
+                    sum[e] = _mm512_setzero_si512();
+                }
+            }
+        }
+        (void)nb;
+    }
+    return 0;
+}
+
+/* 16 rows of 64 codes (chunk z: int8 bytes 64z..64z+63; q8_0 the codes of blocks 2z and 2z+1), sign bit
+ * flipped, transposed in dwords: tb[16 c + r] = codes 4c..4c+3 of row r (c < 16). */
+VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i r[16], a[16], b[16];
+    UNROLL for (int i = 0; i < 16; i++) {
+        __m512i x;
+        if (F == F_Q8_0) {
+            const uint8_t *p = rp[i] + 2 * z * sizeof(StoreBlockQ8_0) + 2;
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
+                                   _mm256_loadu_si256((const __m256i *)(const void *)(p + sizeof(StoreBlockQ8_0))), 1);
+        } else {
+            x = _mm512_loadu_si512((const void *)(rp[i] + 64 * z));
+        }
+        r[i] = _mm512_xor_si512(x, flip);
+    }
+    UNROLL for (int i = 0; i < 8; i++) {   /* per 128-bit lane: a[2i] dwords 0, 1 of rows 2i, 2i+1; a[2i+1] 2, 3 */
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int k = 0; k < 4; k++) {   /* b[4k + m], lane L: dword 4L + m of rows 4k..4k+3 */
+        b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+    }
+    UNROLL for (int m = 0; m < 4; m++) {   /* lane L of the four row groups' b[4k + m] -> dword 4L + m, rows 0..15 */
+        const __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xDD);
+        const __m512i f0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
+        const __m512i f1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xDD);
+        _mm512_store_si512((void *)(tb + 16 * m), _mm512_shuffle_i32x4(e0, f0, 0x88));
+        _mm512_store_si512((void *)(tb + 16 * (4 + m)), _mm512_shuffle_i32x4(e1, f1, 0x88));
+        _mm512_store_si512((void *)(tb + 16 * (8 + m)), _mm512_shuffle_i32x4(e0, f0, 0xDD));
+        _mm512_store_si512((void *)(tb + 16 * (12 + m)), _mm512_shuffle_i32x4(e1, f1, 0xDD));
+    }
+}
+
+/* The score of the exact digit sums a[0..2] (float32, see above). */
+VNNI_INLINE __m512 vn_combine(const __m512i *a)
+{
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a[0]), _mm512_set1_ps(65536.0f));
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(256.0f), v);
+    return _mm512_add_ps(v, _mm512_cvtepi32_ps(a[2]));
+}
+
+/* GC heads (qd, cor, sq at the first; G3 = 3 G words per column word) over TT transposed tiles tb (W / 4 words of
+ * 16 rows each) of rows t.., scores at s + i; q8_0: dsc[T][b] the 16 rows' scales of block b. */
+VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, size_t ls, const int32_t *qd,
+                          const int32_t *cor, const float *sq, size_t G3, const int32_t *tb, const __m512 *dsc,
+                          const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nw = W / 4, bw = F == F_Q8_0 ? 8 : nw;   /* column words per block */
+    __m512i a[2][4][3];
+    __m512 f[2][4];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_setzero_ps();
+    size_t c0 = 0, blk = 0;
+    do {   /* nw >= bw: at least one block */
+        UNROLL for (int T = 0; T < TT; T++)   /* the accumulators start at -128 x the digit sums */
+            UNROLL for (int g = 0; g < GC; g++)
+                UNROLL for (int e = 0; e < 3; e++) a[T][g][e] = _mm512_set1_epi32(cor[blk * G3 + (size_t)(g * 3 + e)]);
+        for (size_t c = c0; c < c0 + bw; c += 8)
+            UNROLL for (int cc = 0; cc < 8; cc++) {
+                __m512i x[2];
+                UNROLL for (int T = 0; T < TT; T++)
+                    x[T] = _mm512_load_si512((const void *)(tb + ((size_t)T * nw + c + (size_t)cc) * 16));
+                const int32_t *qc = qd + (c + (size_t)cc) * G3;
+                UNROLL for (int g = 0; g < GC; g++)
+                    UNROLL for (int e = 0; e < 3; e++) {
+                        const __m512i qv = _mm512_set1_epi32(qc[g * 3 + e]);
+                        UNROLL for (int T = 0; T < TT; T++) a[T][g][e] = _mm512_dpbusd_epi32(a[T][g][e], x[T], qv);
+                    }
+            }
+        if (F == F_Q8_0)   /* the block's sums times its FP16 scales */
+            UNROLL for (int T = 0; T < TT; T++)
+                UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_fmadd_ps(vn_combine(a[T][g]), dsc[T * 16 + (int)blk], f[T][g]);
+        c0 += bw, blk++;
+    } while (c0 < nw);
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < GC; g++) {
+            __m512 v = F == F_Q8_0 ? f[T][g] : vn_combine(a[T][g]);
+            v = _mm512_mul_ps(v, _mm512_set1_ps(sq[g]));
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
+        }
+    }
+}
+
+/* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 keys for the G heads: the TT tiles transposed once (and q8_0's block
+ * scales gathered once), then the heads in groups of 4, 2, 1 (12, or with two tiles 12 and 6, accumulation
+ * chains: vpdpbusd's latency is 5 cycles at 2 per cycle). */
+VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const int32_t *qd, const int32_t *cor,
+                         const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nz = W / 64, rb = k->row_bytes, nw = W / 4, G3 = 3 * G;
+    int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
+    __m512 dsc[2 * 16];   /* q8_0: W / 32 <= 16 blocks */
+    const uint8_t *rp[2][16];
+    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
+    UNROLL for (int T = 0; T < TT; T++)
+        for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + 16 * z) * 16);
+    if (F == F_Q8_0) {   /* rows past nr repeat row nr - 1 (tile_rows) */
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        UNROLL for (int T = 0; T < TT; T++) {
+            const int last = (int)nr - 1 - 16 * T;
+            const __m512i idx = _mm512_mullo_epi32(_mm512_min_epi32(iota, _mm512_set1_epi32(last < 0 ? 0 : last)),
+                                                   _mm512_set1_epi32((int)rb));
+            const uint8_t *base = k->codes + (t + 16 * (size_t)T) * rb;
+            for (size_t b = 0; b < W / 32; b++) {
+                const __m512i dw = _mm512_i32gather_epi32(idx, (const void *)(base + b * sizeof(StoreBlockQ8_0)), 1);
+                dsc[T * 16 + (int)b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            }
+        }
+    }
+    size_t h = 0;
+    for (; h + 4 <= G; h += 4) vn_heads(F, 4, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+    if (h + 2 <= G) {
+        vn_heads(F, 2, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+        h += 2;
+    }
+    if (h < G) vn_heads(F, 1, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+}
+
+/* scr: the digit words (G W / 4 x 3 int32), the offsets (G nb x 3 int32), the scales (G floats). Tiles of 16 rows
+ * for four or more heads, else 32. */
+VNNI_INLINE int vn_scores(const int F, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
+                          size_t n, float *scr)
+{
+    const size_t W = k->W, nb = F == F_Q8_0 ? W / 32 : 1;
+    int32_t *qd = (int32_t *)(void *)scr, *cor = qd + G * W / 4 * 3;
+    float *sq = (float *)(void *)(cor + G * nb * 3);
+    if (vn_prep(qd, cor, sq, qp, G, W, W / nb)) return -1;
+    const size_t step = G >= 4 ? 16 : 32;
+    for (size_t r = 0; r < n; r += step) {
+        const size_t nr = n - r < step ? n - r : step;
+        if (nr > 16) vn_tile(F, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+        else vn_tile(F, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+    }
+    return 0;
+}
+
+__attribute__((target("avx512vnni"))) static int scores_int8_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_INT8, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_q8_0_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_Q8_0, s, ls, qp, G, k, t0, n, scr);
+}
+
 /* ---- values ----------------------------------------------------------------------------------------------- */
 
 /* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
@@ -761,8 +997,26 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
 }
 #define vacc_int4 vacc_int4_tiles
 DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
-DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
-DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1)
+DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
+#define vacc_int8 vacc_int8_f32
+#define vacc_q8_0 vacc_q8_0_f32
+
+/* int8 / q8_0 keys of two or more heads with W % 64 == 0 and W <= VN_MAXW: the VNNI kernels (the slots of the
+ * VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
+static int vn_takes(size_t G, const KRows *k) { return G >= 2 && k->W % 64 == 0 && k->W <= VN_MAXW; }
+static void scores_int8(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    if (vn_takes(G, k) && scores_int8_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_int8_f32(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_q8_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    if (vn_takes(G, k) && scores_q8_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_q8_0_f32(s, ls, qp, G, k, t0, n, scr);
+}
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
 
@@ -779,16 +1033,17 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
     }
 }
 
-static KernelSet kernels_avx512;
+static KernelSet kernels_avx512, kernels_avx512_vnni;
 
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
  * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
-__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(void)
+__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int vnni)
 {
     static int ready;
     unsigned need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW |
                     DECODE_CPU_AVX512VL;
-    if ((decode_cpu_features() & need) != need) return NULL;
+    const unsigned f = decode_cpu_features();
+    if ((f & need) != need) return NULL;
     if (!ready) {
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
@@ -798,8 +1053,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.scores[STORE_Q4_0] = scores_q4_0;
         kernels_avx512.vacc[STORE_INT4] = vacc_int4;
         kernels_avx512.vacc[STORE_Q4_0] = vacc_q4_0;
-        kernels_avx512.scores[STORE_INT8] = scores_int8;
-        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512.scores[STORE_INT8] = scores_int8_f32;
+        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0_f32;
         kernels_avx512.scores[STORE_F16] = scores_f16;
         kernels_avx512.vacc[STORE_INT8] = vacc_int8;
         kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
@@ -811,12 +1066,19 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.col_order = col_order_avx512;
         kernels_avx512.max = max_avx512;
         kernels_avx512.exp_sum = exp_sum_avx512;
+        kernels_avx512_vnni = kernels_avx512;   /* the same name: the same results up to the key sums' rounding */
+        kernels_avx512_vnni.scores[STORE_INT8] = scores_int8;
+        kernels_avx512_vnni.scores[STORE_Q8_0] = scores_q8_0;
         ready = 1;
     }
-    return &kernels_avx512;
+    return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
 }
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
-const KernelSet *decode_kernels_avx512(void) { return NULL; }
+const KernelSet *decode_kernels_avx512(int vnni)
+{
+    (void)vnni;
+    return NULL;
+}
 #endif
