@@ -537,7 +537,7 @@ static void slot_tests(void)
     }
 }
 
-/* The AVX-512 set's int8 / q8_0 key kernels with and without VNNI (integer dot products over the query in three
+/* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
  * base-256 digits) against scores in double over the dequantized rows: W = 64 .. 576 (past the VNNI width limit),
  * G = 2 / 3 / 5 / 8, n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
  * channel 100 x the rest, and an all-zero one. Error: max_i |s_i - ref_i| / max_i sum_j |q_j k_ij| per head (the
@@ -548,13 +548,14 @@ static void vnni_score_tests(void)
     if (!sets[0] || !sets[1]) return;
     const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
     static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {2, 3, 5, 8}, ns[] = {1, 17, 40};
-    static const char *const fmts[] = {"int8", "q8_0"};
-    double worst[2][2][2] = {{{0}}};   /* [format][vnni, float][plain query, outlier query] */
+    static const char *const fmts[] = {"int8", "q8_0", "int4", "q4_0"};
+    double worst[4][2][2] = {{{0}}};   /* [format][vnni, float][plain query, outlier query] */
     rng r;
     rng_seed_u64(&r, 11);
-    for (size_t fi = 0; fi < 2; fi++)
+    for (size_t fi = 0; fi < 4; fi++)
         for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
             const size_t W = Ws[wi], T = 64, t0 = 5;
+            size_t *perm = xmalloc(W * sizeof *perm);
             StoreFormat f;
             parse_any(&f, fmts[fi]);
             StoreTensor st;
@@ -567,20 +568,24 @@ static void vnni_score_tests(void)
             KRows k;
             memset(&k, 0, sizeof k);
             k.type = f.type, k.codes = st.codes, k.row_bytes = st.row_bytes, k.W = W;
-            k.rscale = f.type == STORE_INT8 ? st.scales : NULL;
+            k.rscale = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN ? st.scales : NULL;
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                     for (int qk = 0; qk < 3; qk++) {
                         const size_t G = Gs[gi], n = ns[ni];
                         float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * 64 * sizeof *s);
+                        float *qo = xmalloc(G * W * sizeof *qo);   /* q in the kernels' column order */
                         float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
                         double *qd = xmalloc(G * W * sizeof *qd);
                         rng_normal_fill(&r, qd, G * W);
                         for (size_t i = 0; i < G * W; i++) q[i] = qk == 2 ? 0.0f : (float)qd[i];
                         if (qk == 1)
                             for (size_t g = 0; g < G; g++) q[g * W + 3 * g % W] = 100.0f;
+                        sets[0]->col_order(perm, f.type, W);
+                        for (size_t g = 0; g < G; g++)
+                            for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + perm[j]];
                         for (int si = 0; si < 2; si++) {
-                            sets[si]->scores[f.type](s, 64, q, G, &k, t0, n, scr);
+                            sets[si]->scores[f.type](s, 64, qo, G, &k, t0, n, scr);
                             double e = 0;
                             for (size_t g = 0; g < G; g++) {
                                 double mx = 0, de = 0;
@@ -604,15 +609,16 @@ static void vnni_score_tests(void)
                                      fmts[fi], W, G, n, qk);
                             check(e < DECODE_TOL, name, "max |s - ref| / max sum |q k| = %.3g", e);
                         }
-                        free(q), free(s), free(scr), free(qd);
+                        free(q), free(qo), free(s), free(scr), free(qd);
                     }
-            free(x), free(deq);
+            free(x), free(deq), free(perm);
             store_free(&st);
         }
-    printf("# avx512 %s int8 / q8_0 key scores vs double (max |s - ref| / max sum |q k|): int8 %.2g (outlier query %.2g), "
-           "q8_0 %.2g (%.2g); float32 kernels: int8 %.2g (%.2g), q8_0 %.2g (%.2g)\n",
-           have_vnni ? "VNNI" : "(no VNNI on this CPU: float32 twice)", worst[0][0][0], worst[0][0][1],
-           worst[1][0][0], worst[1][0][1], worst[0][1][0], worst[0][1][1], worst[1][1][0], worst[1][1][1]);
+    for (int si = 0; si < 2; si++)
+        printf("# avx512 %s key scores vs double (max |s - ref| / max sum |q k|; outlier query in brackets): int8 %.2g "
+               "(%.2g), q8_0 %.2g (%.2g), int4 %.2g (%.2g), q4_0 %.2g (%.2g)\n",
+               si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][si][0], worst[0][si][1],
+               worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
 /* elem.h's readers vs store_dequantize_rows_f32 on random rows of every type (W = 64, and 45 where allowed). */

@@ -453,13 +453,30 @@ enum { VN_MAXW = 512 };
 
 #define VNNI_INLINE static inline __attribute__((always_inline, target("avx512vnni")))
 
-/* The G prepared queries (qp: W floats each, natural order) as digit words and offsets: qd[(c G + h) 3 + e] = the
- * bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of columns 4c..4c+3 of head h; cor[(b G + h) 3 + e]
- * = -128 x the sum of digit e over block b of bw columns (bw = W or 32); sq[h] the scales. W % 32 == 0.
- * Returns 0, or -1 when a query holds a value that is not finite (the caller then takes the float kernel). */
-static int vn_prep(int32_t *qd, int32_t *cor, float *sq, const float *qp, size_t G, size_t W, size_t bw)
+INLINE int vn_4bit(const int F) { return F == F_INT4 || F == F_Q4_0; }
+
+/* The prepared query's position (kernel order) of byte i of column word w (vn_transpose's layout): 8 bits: column
+ * 4w + i; int4 (chunks of 64 packed bytes, words 2c / 2c + 1 = the low / high nibbles of packed word c): natural
+ * column 2 (64 z + 4 c + i) + h, at its place in this file's int4 order; q4_0 (chunks of 4 blocks; packed word c
+ * = bytes 4 (c % 4).. of block c / 4, low nibble = column j, high = j + 16): natural column. */
+INLINE size_t vn_pos(const int F, size_t w, size_t i)
 {
-    const size_t nb = W / bw;
+    if (!vn_4bit(F)) return 4 * w + i;
+    const size_t z = w / 32, c = w % 32 / 2, h = w % 2;
+    if (F == F_Q4_0) return 128 * z + 32 * (c / 4) + 4 * (c % 4) + i + 16 * h;
+    const size_t n = 2 * (64 * z + 4 * c + i) + h, o = n % 32;
+    return n / 32 * 32 + (o % 2 ? 16 + o / 2 : o / 2);
+}
+
+/* The G prepared queries (qp: W floats each, kernel order) as digit words and offsets: qd[(w G + h) 3 + e] = the
+ * 4 bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of column word w of head h (vn_pos); cor[(b G + h)
+ * 3 + e] = -off x the sum of digit e over block b (the words of 32 columns for q8_0 / q4_0, all W else; off = 128
+ * for the sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8); sq[h] the scales. dg: scratch of 3 W
+ * bytes. Returns 0, or -1 when a query holds a value that is not finite (the caller then takes the float kernel). */
+INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg, const float *qp, size_t G, size_t W)
+{
+    const size_t nw = W / 4, bw = is_block(F) ? 8 : nw;
+    const int32_t off = vn_4bit(F) ? 8 : 128;
     for (size_t h = 0; h < G; h++) {
         const float *q = qp + h * W;
         __m512 mx = _mm512_setzero_ps();
@@ -470,8 +487,7 @@ static int vn_prep(int32_t *qd, int32_t *cor, float *sq, const float *qp, size_t
         sq[h] = sc;
         const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
         const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
-        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-        for (size_t j = 0; j < W; j += 16) {
+        for (size_t j = 0; j < W; j += 16) {   /* the digits in kernel order: dg[e W + j] */
             const __m512 x = _mm512_loadu_ps(q + j);
             __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
             __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
@@ -483,28 +499,37 @@ static int vn_prep(int32_t *qd, int32_t *cor, float *sq, const float *qp, size_t
             const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
             const __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
             const __m512i d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
-            const __m512i dg[3] = {d0, d1, d2};
-            for (int e = 0; e < 3; e++) {
-                int32_t w4[4];
-                _mm_storeu_si128((__m128i *)(void *)w4, _mm512_cvtepi32_epi8(dg[e]));   /* columns j..j+15 */
-                for (size_t c = 0; c < 4; c++) qd[((j / 4 + c) * G + h) * 3 + (size_t)e] = w4[c];
-                sum[e] = _mm512_add_epi32(sum[e], dg[e]);
-            }
-            if ((j + 16) % bw == 0) {
-                const size_t blk = j / bw;
-                for (int e = 0; e < 3; e++) {
-                    cor[(blk * G + h) * 3 + (size_t)e] = -128 * _mm512_reduce_add_epi32(sum[e]);
-                    sum[e] = _mm512_setzero_si512();
+            _mm_storeu_si128((__m128i *)(void *)(dg + j), _mm512_cvtepi32_epi8(d0));
+            _mm_storeu_si128((__m128i *)(void *)(dg + W + j), _mm512_cvtepi32_epi8(d1));
+            _mm_storeu_si128((__m128i *)(void *)(dg + 2 * W + j), _mm512_cvtepi32_epi8(d2));
+        }
+        for (size_t w = 0; w < nw; w++) {
+            const size_t blk = w / bw;
+            if (w % bw == 0) cor[(blk * G + h) * 3] = cor[(blk * G + h) * 3 + 1] = cor[(blk * G + h) * 3 + 2] = 0;
+            for (size_t e = 0; e < 3; e++) {
+                int32_t word = 0, sum = 0;
+                if (!vn_4bit(F)) {
+                    memcpy(&word, dg + e * W + 4 * w, 4);
+                    for (size_t i = 0; i < 4; i++) sum += dg[e * W + 4 * w + i];
+                } else {
+                    for (size_t i = 0; i < 4; i++) {
+                        const int8_t d = dg[e * W + vn_pos(F, w, i)];
+                        word |= (int32_t)((uint32_t)(uint8_t)d << (8 * i));
+                        sum += d;
+                    }
                 }
+                qd[(w * G + h) * 3 + e] = word;
+                cor[(blk * G + h) * 3 + e] -= off * sum;
             }
         }
-        (void)nb;
     }
     return 0;
 }
 
-/* 16 rows of 64 codes (chunk z: int8 bytes 64z..64z+63; q8_0 the codes of blocks 2z and 2z+1), sign bit
- * flipped, transposed in dwords: tb[16 c + r] = codes 4c..4c+3 of row r (c < 16). */
+/* 16 rows of a chunk z in dwords, transposed: 8 bits: 64 codes (int8 bytes 64z..64z+63; q8_0 the codes of blocks
+ * 2z and 2z+1), the sign bit flipped: tb[16 c + r] = codes 4c..4c+3 of row r (c < 16); 4 bits: 64 packed bytes
+ * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), packed word c split into tb[16 (2c) + r] (low nibbles)
+ * and tb[16 (2c + 1) + r] (high nibbles), each a byte 0..15. */
 VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -515,10 +540,18 @@ VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, i
             const uint8_t *p = rp[i] + 2 * z * sizeof(StoreBlockQ8_0) + 2;
             x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
                                    _mm256_loadu_si256((const __m256i *)(const void *)(p + sizeof(StoreBlockQ8_0))), 1);
+        } else if (F == F_Q4_0) {
+            const uint8_t *p = rp[i] + 4 * z * sizeof(StoreBlockQ4_0) + 2;
+            const size_t B = sizeof(StoreBlockQ4_0);
+            __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                                                 _mm_loadu_si128((const __m128i *)(const void *)(p + B)), 1);
+            __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * B))),
+                                                 _mm_loadu_si128((const __m128i *)(const void *)(p + 3 * B)), 1);
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         } else {
             x = _mm512_loadu_si512((const void *)(rp[i] + 64 * z));
         }
-        r[i] = _mm512_xor_si512(x, flip);
+        r[i] = vn_4bit(F) ? x : _mm512_xor_si512(x, flip);
     }
     UNROLL for (int i = 0; i < 8; i++) {   /* per 128-bit lane: a[2i] dwords 0, 1 of rows 2i, 2i+1; a[2i+1] 2, 3 */
         a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -530,14 +563,22 @@ VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, i
         b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
         b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
     }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int m = 0; m < 4; m++) {   /* lane L of the four row groups' b[4k + m] -> dword 4L + m, rows 0..15 */
         const __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xDD);
         const __m512i f0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
         const __m512i f1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xDD);
-        _mm512_store_si512((void *)(tb + 16 * m), _mm512_shuffle_i32x4(e0, f0, 0x88));
-        _mm512_store_si512((void *)(tb + 16 * (4 + m)), _mm512_shuffle_i32x4(e1, f1, 0x88));
-        _mm512_store_si512((void *)(tb + 16 * (8 + m)), _mm512_shuffle_i32x4(e0, f0, 0xDD));
-        _mm512_store_si512((void *)(tb + 16 * (12 + m)), _mm512_shuffle_i32x4(e1, f1, 0xDD));
+        const __m512i o[4] = {_mm512_shuffle_i32x4(e0, f0, 0x88), _mm512_shuffle_i32x4(e1, f1, 0x88),
+                              _mm512_shuffle_i32x4(e0, f0, 0xDD), _mm512_shuffle_i32x4(e1, f1, 0xDD)};
+        UNROLL for (int L = 0; L < 4; L++) {
+            const int c = 4 * L + m;
+            if (vn_4bit(F)) {
+                _mm512_store_si512((void *)(tb + 16 * (2 * c)), _mm512_and_si512(o[L], m4));
+                _mm512_store_si512((void *)(tb + 16 * (2 * c + 1)), _mm512_and_si512(_mm512_srli_epi16(o[L], 4), m4));
+            } else {
+                _mm512_store_si512((void *)(tb + 16 * c), o[L]);
+            }
+        }
     }
 }
 
@@ -563,7 +604,7 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
                           const int32_t *cor, const float *sq, size_t G3, const int32_t *tb, const __m512 *dsc,
                           const KRows *k, size_t t, size_t i, size_t nr)
 {
-    const size_t W = k->W, nw = W / 4, bw = F == F_Q8_0 ? 8 : nw;   /* column words per block */
+    const size_t W = k->W, nw = W / 4, bw = is_block(F) ? 8 : nw;   /* column words per block */
     __m512i a[2][4][3];
     __m512 f[2][4];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_setzero_ps();
@@ -588,7 +629,7 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
                             UNROLL for (int T = 0; T < TT; T++) a[T][g][e] = _mm512_dpbusd_epi32(a[T][g][e], x[T], qv);
                         }
             }
-        if (F == F_Q8_0)   /* the block's sums times its FP16 scales */
+        if (is_block(F))   /* the block's sums times its FP16 scales */
             UNROLL for (int T = 0; T < TT; T++)
                 UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_fmadd_ps(vn_combine(a[T][g]), dsc[T * 16 + (int)blk], f[T][g]);
         c0 += bw, blk++;
@@ -599,7 +640,7 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
         __m512 sc = _mm512_set1_ps(1.0f);
         if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
         UNROLL for (int g = 0; g < GC; g++) {
-            __m512 v = F == F_Q8_0 ? f[T][g] : vn_combine(a[T][g]);
+            __m512 v = is_block(F) ? f[T][g] : vn_combine(a[T][g]);
             v = _mm512_mul_ps(v, _mm512_set1_ps(sq[g]));
             if (k->rscale) v = _mm512_mul_ps(v, sc);
             _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
@@ -613,14 +654,15 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
 VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const int32_t *qd, const int32_t *cor,
                          const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
-    const size_t W = k->W, nz = W / 64, rb = k->row_bytes, nw = W / 4, G3 = 3 * G;
+    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, nw = W / 4, G3 = 3 * G;
+    const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
     int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
-    __m512 dsc[2 * 16];   /* q8_0: W / 32 <= 16 blocks */
+    __m512 dsc[2 * 16];   /* q8_0 / q4_0: W / 32 <= 16 blocks */
     const uint8_t *rp[2][16];
     tile_rows(rp, k->codes + t * rb, rb, nr, TT);
     UNROLL for (int T = 0; T < TT; T++)
-        for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + 16 * z) * 16);
-    if (F == F_Q8_0) {   /* rows past nr repeat row nr - 1 (tile_rows) */
+        for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + cw * z) * 16);
+    if (is_block(F)) {   /* rows past nr repeat row nr - 1 (tile_rows) */
         const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         UNROLL for (int T = 0; T < TT; T++) {
             const int last = (int)nr - 1 - 16 * T;
@@ -628,7 +670,7 @@ VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const i
                                                    _mm512_set1_epi32((int)rb));
             const uint8_t *base = k->codes + (t + 16 * (size_t)T) * rb;
             for (size_t b = 0; b < W / 32; b++) {
-                const __m512i dw = _mm512_i32gather_epi32(idx, (const void *)(base + b * sizeof(StoreBlockQ8_0)), 1);
+                const __m512i dw = _mm512_i32gather_epi32(idx, (const void *)(base + b * BB), 1);
                 dsc[T * 16 + (int)b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
             }
         }
@@ -642,15 +684,17 @@ VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const i
     if (h < G) vn_heads(F, 1, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
 }
 
-/* scr: the digit words (G W / 4 x 3 int32), the offsets (G nb x 3 int32), the scales (G floats). Tiles of 16 rows
+/* scr: the digit words (G W / 4 x 3 int32), the offsets (G nb x 3 int32), the scales (G floats), the digits (3 W
+ * bytes). Tiles of 16 rows
  * for four or more heads, else 32. */
 VNNI_INLINE int vn_scores(const int F, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
                           size_t n, float *scr)
 {
-    const size_t W = k->W, nb = F == F_Q8_0 ? W / 32 : 1;
+    const size_t W = k->W, nb = is_block(F) ? W / 32 : 1;
     int32_t *qd = (int32_t *)(void *)scr, *cor = qd + G * W / 4 * 3;
     float *sq = (float *)(void *)(cor + G * nb * 3);
-    if (vn_prep(qd, cor, sq, qp, G, W, W / nb)) return -1;
+    int8_t *dg = (int8_t *)(void *)(sq + G);
+    if (vn_prep(F, qd, cor, sq, dg, qp, G, W)) return -1;
     const size_t step = G >= 4 ? 16 : 32;   /* two tiles at four heads: measured 10-15 % slower */
     for (size_t r = 0; r < n; r += step) {
         const size_t nr = n - r < step ? n - r : step;
@@ -664,6 +708,16 @@ __attribute__((target("avx512vnni"))) static int scores_int8_vnni(float *s, size
                                                                  const KRows *k, size_t t0, size_t n, float *scr)
 {
     return vn_scores(F_INT8, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_int4_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_INT4, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_q4_0_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_Q4_0, s, ls, qp, G, k, t0, n, scr);
 }
 __attribute__((target("avx512vnni"))) static int scores_q8_0_vnni(float *s, size_t ls, const float *qp, size_t G,
                                                                  const KRows *k, size_t t0, size_t n, float *scr)
@@ -1008,7 +1062,8 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     }
 }
 #define vacc_int4 vacc_int4_tiles
-DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
+DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1)
+#define vacc_q4_0 vacc_q4_0_f32
 DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1)
 DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
 #define vacc_int8 vacc_int8_f32
@@ -1016,18 +1071,30 @@ DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
 
 /* int8 / q8_0 keys of two or more heads with W % 64 == 0 and W <= VN_MAXW: the VNNI kernels (the slots of the
  * VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
-static int vn_takes(size_t G, const KRows *k) { return G >= 2 && k->W % 64 == 0 && k->W <= VN_MAXW; }
+static int vn_takes(size_t G, const KRows *k, size_t unit) { return G >= 2 && k->W % unit == 0 && k->W <= VN_MAXW; }
 static void scores_int8(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
                         float *scr)
 {
-    if (vn_takes(G, k) && scores_int8_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    if (vn_takes(G, k, 64) && scores_int8_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
     scores_int8_f32(s, ls, qp, G, k, t0, n, scr);
 }
 static void scores_q8_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
                         float *scr)
 {
-    if (vn_takes(G, k) && scores_q8_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    if (vn_takes(G, k, 64) && scores_q8_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
     scores_q8_0_f32(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_int4_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                           float *scr)
+{
+    if (vn_takes(G, k, 128) && scores_int4_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_int4(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_q4_0_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                           float *scr)
+{
+    if (vn_takes(G, k, 128) && scores_q4_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_q4_0_f32(s, ls, qp, G, k, t0, n, scr);
 }
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
@@ -1062,7 +1129,7 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         kernels_avx512 = *a;
         kernels_avx512.name = "avx512";
         kernels_avx512.scores[STORE_INT4] = scores_int4;
-        kernels_avx512.scores[STORE_Q4_0] = scores_q4_0;
+        kernels_avx512.scores[STORE_Q4_0] = scores_q4_0_f32;
         kernels_avx512.vacc[STORE_INT4] = vacc_int4;
         kernels_avx512.vacc[STORE_Q4_0] = vacc_q4_0;
         kernels_avx512.scores[STORE_INT8] = scores_int8_f32;
@@ -1081,6 +1148,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         kernels_avx512_vnni = kernels_avx512;   /* the same name: the same results up to the key sums' rounding */
         kernels_avx512_vnni.scores[STORE_INT8] = scores_int8;
         kernels_avx512_vnni.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512_vnni.scores[STORE_INT4] = scores_int4_vn;
+        kernels_avx512_vnni.scores[STORE_Q4_0] = scores_q4_0_vn;
         ready = 1;
     }
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
