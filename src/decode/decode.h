@@ -42,7 +42,8 @@
  * KernelSet, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
- * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available.
+ * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
+ * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels.
  *
  * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
