@@ -544,7 +544,8 @@ static void slot_tests(void)
 /* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
  * base-256 digits) against scores in double over the dequantized rows: W = 64 .. 576 (past the VNNI width limit),
  * G = 2 / 3 / 5 / 8, n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
- * channel 100 x the rest, and an all-zero one. Error: max_i |s_i - ref_i| / max_i sum_j |q_j k_ij| per head (the
+ * channel 100 x the rest, an all-zero one and one of 1e-35 x N(0, 1) (too small for the integer scale: the float32
+ * kernel instead). Error: max_i |s_i - ref_i| / max_i sum_j |q_j k_ij| per head (the
  * size of the products, as cancelling sums make |ref| itself arbitrarily small); the worst printed. */
 static void vnni_score_tests(void)
 {
@@ -575,14 +576,14 @@ static void vnni_score_tests(void)
             k.rscale = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN ? st.scales : NULL;
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                    for (int qk = 0; qk < 3; qk++) {
+                    for (int qk = 0; qk < 4; qk++) {   /* N(0, 1), outlier, zero, 1e-35 x N(0, 1) */
                         const size_t G = Gs[gi], n = ns[ni];
                         float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * 64 * sizeof *s);
                         float *qo = xmalloc(G * W * sizeof *qo);   /* q in the kernels' column order */
                         float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
                         double *qd = xmalloc(G * W * sizeof *qd);
                         rng_normal_fill(&r, qd, G * W);
-                        for (size_t i = 0; i < G * W; i++) q[i] = qk == 2 ? 0.0f : (float)qd[i];
+                        for (size_t i = 0; i < G * W; i++) q[i] = qk == 2 ? 0.0f : (float)(qd[i] * (qk == 3 ? 1e-35 : 1.0));
                         if (qk == 1)
                             for (size_t g = 0; g < G; g++) q[g * W + 3 * g % W] = 100.0f;
                         sets[0]->col_order(perm, f.type, W);

@@ -54,7 +54,6 @@
 
 #include <float.h>
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #define UNROLL _Pragma("GCC unroll 16")
@@ -499,6 +498,7 @@ INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg
         const float m = _mm512_reduce_max_ps(mx);   /* NaN lanes lose to max: checked below */
         if (!(m <= FLT_MAX)) return -1;
         const float sc = m > 0.0f ? (float)(m / VN_QMAX) : 1.0f;
+        if (!(sc >= FLT_MIN)) return -1;   /* a query below 1e-31: its scale would not be a normal float */
         sq[h] = sc;
         const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
         const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
