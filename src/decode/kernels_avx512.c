@@ -469,27 +469,28 @@ enum { VN_MAXW = 512 };
 
 INLINE int vn_4bit(const int F) { return F == F_INT4 || F == F_Q4_0; }
 
-/* The prepared query's position (kernel order) of byte i of column word w (vn_transpose's layout): 8 bits: column
- * 4w + i; int4 (chunks of 64 packed bytes, words 2c / 2c + 1 = the low / high nibbles of packed word c): natural
- * column 2 (64 z + 4 c + i) + h, at its place in this file's int4 order; q4_0 (chunks of 4 blocks; packed word c
- * = bytes 4 (c % 4).. of block c / 4, low nibble = column j, high = j + 16): natural column. */
-INLINE size_t vn_pos(const int F, size_t w, size_t i)
+/* The prepared query's position (kernel order) of byte 0 of column word w (vn_transpose's layout; bytes 1..3 follow
+ * it): 8 bits: column 4w; int4 (chunks of 64 packed bytes; words 2c / 2c + 1 = the low / high nibbles of packed
+ * word c): natural columns 2 (64 z + 4 c + i) + h, i < 4, which in this file's int4 order (units of 32, even
+ * columns first) sit at 32 (4 z + c / 4) + 16 h + 4 (c % 4) + i; q4_0 (chunks of 4 blocks; packed word c = bytes
+ * 4 (c % 4).. of block c / 4, low nibble = column j, high = j + 16; natural order): the same positions. Each block
+ * of 32 columns thus fills the words 8b..8b+7 (q8_0, q4_0). */
+INLINE size_t vn_wpos(const int F, size_t w)
 {
-    if (!vn_4bit(F)) return 4 * w + i;
+    if (!vn_4bit(F)) return 4 * w;
     const size_t z = w / 32, c = w % 32 / 2, h = w % 2;
-    if (F == F_Q4_0) return 128 * z + 32 * (c / 4) + 4 * (c % 4) + i + 16 * h;
-    const size_t n = 2 * (64 * z + 4 * c + i) + h, o = n % 32;
-    return n / 32 * 32 + (o % 2 ? 16 + o / 2 : o / 2);
+    return 32 * (4 * z + c / 4) + 16 * h + 4 * (c % 4);
 }
 
 /* The G prepared queries (qp: W floats each, kernel order) as digit words and offsets: qd[(w G + h) 3 + e] = the
- * 4 bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of column word w of head h (vn_pos); cor[(b G + h)
- * 3 + e] = -off x the sum of digit e over block b (the words of 32 columns for q8_0 / q4_0, all W else; off = 128
- * for the sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8); sq[h] the scales. dg: scratch of 3 W
- * bytes. Returns 0, or -1 when a query holds a value that is not finite (the caller then takes the float kernel). */
+ * 4 bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of column word w of head h (vn_wpos); cor[(b G +
+ * h) 3 + e] = -off x the sum of digit e over block b (32 columns for q8_0 / q4_0, all W else; off = 128 for the
+ * sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8); sq[h] the scales. dg: scratch of 3 W bytes.
+ * Returns 0, or -1 when a query holds a value that is not finite or is too small for a normal scale (the caller
+ * then takes the float kernel). */
 INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg, const float *qp, size_t G, size_t W)
 {
-    const size_t nw = W / 4, bw = is_block(F) ? 8 : nw;
+    const size_t nw = W / 4, bc = is_block(F) ? 32 : W;   /* columns per offset block */
     const int32_t off = vn_4bit(F) ? 8 : 128;
     for (size_t h = 0; h < G; h++) {
         const float *q = qp + h * W;
@@ -502,6 +503,7 @@ INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg
         sq[h] = sc;
         const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
         const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
+        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
         for (size_t j = 0; j < W; j += 16) {   /* the digits in kernel order: dg[e W + j] */
             const __m512 x = _mm512_loadu_ps(q + j);
             __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
@@ -514,29 +516,19 @@ INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg
             const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
             const __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
             const __m512i d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
-            _mm_storeu_si128((__m128i *)(void *)(dg + j), _mm512_cvtepi32_epi8(d0));
-            _mm_storeu_si128((__m128i *)(void *)(dg + W + j), _mm512_cvtepi32_epi8(d1));
-            _mm_storeu_si128((__m128i *)(void *)(dg + 2 * W + j), _mm512_cvtepi32_epi8(d2));
-        }
-        for (size_t w = 0; w < nw; w++) {
-            const size_t blk = w / bw;
-            if (w % bw == 0) cor[(blk * G + h) * 3] = cor[(blk * G + h) * 3 + 1] = cor[(blk * G + h) * 3 + 2] = 0;
+            const __m512i d[3] = {d0, d1, d2};
             for (size_t e = 0; e < 3; e++) {
-                int32_t word = 0, sum = 0;
-                if (!vn_4bit(F)) {
-                    memcpy(&word, dg + e * W + 4 * w, 4);
-                    for (size_t i = 0; i < 4; i++) sum += dg[e * W + 4 * w + i];
-                } else {
-                    for (size_t i = 0; i < 4; i++) {
-                        const int8_t d = dg[e * W + vn_pos(F, w, i)];
-                        word |= (int32_t)((uint32_t)(uint8_t)d << (8 * i));
-                        sum += d;
-                    }
-                }
-                qd[(w * G + h) * 3 + e] = word;
-                cor[(blk * G + h) * 3 + e] -= off * sum;
+                _mm_storeu_si128((__m128i *)(void *)(dg + e * W + j), _mm512_cvtepi32_epi8(d[e]));
+                sum[e] = _mm512_add_epi32(sum[e], d[e]);
             }
+            if ((j + 16) % bc == 0)
+                for (size_t e = 0; e < 3; e++) {
+                    cor[(j / bc * G + h) * 3 + e] = -off * _mm512_reduce_add_epi32(sum[e]);
+                    sum[e] = _mm512_setzero_si512();
+                }
         }
+        for (size_t w = 0; w < nw; w++)
+            for (size_t e = 0; e < 3; e++) memcpy(qd + (w * G + h) * 3 + e, dg + e * W + vn_wpos(F, w), 4);
     }
     return 0;
 }
