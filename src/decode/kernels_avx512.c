@@ -459,9 +459,9 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
  * float32 (q8_0, q4_0). tests/test_decode.c compares the scores with and without VNNI against double (worst
  * seen: about 1e-7 of sum_j |q_j k_j|, 1e-6 for a query with an outlier channel 100x the rest; float32 kernels
  * 1e-7 and 7e-7) and the whole step against attention in double like every other kernel (DECODE_TOL).
- * Measured (one thread, 2048 rows in L2, W = 128, ns per row, VNNI vs float32 kernels): int8 G = 2 / 4 / 8 5.0 /
- * 7.5 / 12.7 vs 7.0 / 10.8 / 16.7; q8_0 6.7 / 9.6 / 16.3 vs 9.1 / 12.7 / 25.6; int4 4.8 / 8.3 / 14.8 vs
- * 6.4 / 8.9 / 14.8; q4_0 5.9 / 9.2 / 15.7 vs 8.0 / 11.9 / 24.3. */
+ * Measured (one thread, the slot called on 2048 rows in L2, W = 128, best of 300, ns per row, VNNI vs float32
+ * kernels): int8 G = 2 / 4 / 8 4.7 / 7.2 / 11.7 vs 7.0 / 10.4 / 16.3; q8_0 6.3 / 9.4 / 15.7 vs 8.6 / 12.7 /
+ * 24.8; int4 4.2 / 7.0 / 12.1 vs 6.2 / 8.4 / 14.4; q4_0 5.4 / 8.4 / 14.4 vs 7.7 / 11.6 / 23.5. */
 enum { VN_MAXW = 512 };
 #define VN_QMAX 8355000.0   /* < 127 * 65536 + 127 * 256 + 128, with room for float32's rounding of sq */
 
