@@ -169,6 +169,7 @@ static double rel_err(const float *a, const double *b, size_t n)
 
 static const char *const impl_name[] = {"fused", "ref", "naive"};
 static double worst_err[3];
+static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes) */
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
 static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
@@ -184,6 +185,9 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         if (!o[impl]) continue;
         double e = rel_err(o[impl], c.ref, n);
         if (e > worst_err[impl]) worst_err[impl] = e;
+        if (impl == 0 && G >= 2 && e > worst_int_keys &&
+            (!strcmp(kname, "int8") || !strcmp(kname, "q8_0") || !strcmp(kname, "int4") || !strcmp(kname, "q4_0")))
+            worst_int_keys = e;
         snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double", impl_name[impl], kname, vname, T, D, G);
         snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
         check(e < DECODE_TOL, name, "%s", why);
@@ -524,7 +528,7 @@ static void kivi_tests(void)
 /* Every slot of a kernel set is filled (decode.c calls them without a check). */
 static void slot_tests(void)
 {
-    const KernelSet *sets[3] = {&decode_kernels_ref, decode_kernels_avx2(), decode_kernels_avx512()};
+    const KernelSet *sets[3] = {&decode_kernels_ref, decode_kernels_avx2(), decode_kernels_avx512(1)};
     for (int i = 0; i < 3; i++) {
         const KernelSet *ks = sets[i];
         if (!ks) continue;
@@ -535,6 +539,91 @@ static void slot_tests(void)
         snprintf(name, sizeof name, "decode-kernel-slots-%s", ks->name);
         check(why[0] == 0, name, why);
     }
+}
+
+/* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
+ * base-256 digits) against scores in double over the dequantized rows: W = 64 .. 576 (past the VNNI width limit),
+ * G = 2 / 3 / 5 / 8, n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
+ * channel 100 x the rest, an all-zero one and one of 1e-35 x N(0, 1) (too small for the integer scale: the float32
+ * kernel instead). Error: max_i |s_i - ref_i| / max_i sum_j |q_j k_ij| per head (the
+ * size of the products, as cancelling sums make |ref| itself arbitrarily small); the worst printed. */
+static void vnni_score_tests(void)
+{
+    const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
+    if (!sets[0] || !sets[1]) return;
+    const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
+    static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {2, 3, 5, 8}, ns[] = {1, 17, 40};
+    static const char *const fmts[] = {"int8", "q8_0", "int4", "q4_0"};
+    double worst[4][2][2] = {{{0}}};   /* [format][vnni, float][plain query, outlier query] */
+    rng r;
+    rng_seed_u64(&r, 11);
+    for (size_t fi = 0; fi < 4; fi++)
+        for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
+            const size_t W = Ws[wi], T = 64, t0 = 5;
+            size_t *perm = xmalloc(W * sizeof *perm);
+            StoreFormat f;
+            parse_any(&f, fmts[fi]);
+            StoreTensor st;
+            store_alloc(&st, f, T, W);
+            double *x = xmalloc(T * W * sizeof *x);
+            rng_normal_fill(&r, x, T * W);
+            store_quantize_f64(&st, x);
+            float *deq = xmalloc(T * W * sizeof *deq);
+            store_dequantize_rows_f32(deq, &st, 0, T);
+            KRows k;
+            memset(&k, 0, sizeof k);
+            k.type = f.type, k.codes = st.codes, k.row_bytes = st.row_bytes, k.W = W;
+            k.rscale = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN ? st.scales : NULL;
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int qk = 0; qk < 4; qk++) {   /* N(0, 1), outlier, zero, 1e-35 x N(0, 1) */
+                        const size_t G = Gs[gi], n = ns[ni];
+                        float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * 64 * sizeof *s);
+                        float *qo = xmalloc(G * W * sizeof *qo);   /* q in the kernels' column order */
+                        float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+                        double *qd = xmalloc(G * W * sizeof *qd);
+                        rng_normal_fill(&r, qd, G * W);
+                        for (size_t i = 0; i < G * W; i++) q[i] = qk == 2 ? 0.0f : (float)(qd[i] * (qk == 3 ? 1e-35 : 1.0));
+                        if (qk == 1)
+                            for (size_t g = 0; g < G; g++) q[g * W + 3 * g % W] = 100.0f;
+                        sets[0]->col_order(perm, f.type, W);
+                        for (size_t g = 0; g < G; g++)
+                            for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + perm[j]];
+                        for (int si = 0; si < 2; si++) {
+                            sets[si]->scores[f.type](s, 64, qo, G, &k, t0, n, scr);
+                            double e = 0;
+                            for (size_t g = 0; g < G; g++) {
+                                double mx = 0, de = 0;
+                                for (size_t i = 0; i < n; i++) {
+                                    double ref = 0, mag = 0;
+                                    for (size_t j = 0; j < W; j++) {
+                                        const double pj = (double)q[g * W + j] * deq[(t0 + i) * W + j];
+                                        ref += pj, mag += fabs(pj);
+                                    }
+                                    if (mag > mx) mx = mag;
+                                    double d = fabs(s[g * 64 + i] - ref);
+                                    if (!(d <= de)) de = d;
+                                }
+                                double eg = mx > 0 ? de / mx : de;
+                                if (!(eg <= e)) e = eg;
+                            }
+                            double *w = &worst[fi][si][qk == 1];
+                            if (!(e <= *w)) *w = e;
+                            char name[128];
+                            snprintf(name, sizeof name, "decode-avx512%s-scores-%s-W%zu-G%zu-n%zu-q%d", si ? "" : "-vnni",
+                                     fmts[fi], W, G, n, qk);
+                            check(e < DECODE_TOL, name, "max |s - ref| / max sum |q k| = %.3g", e);
+                        }
+                        free(q), free(qo), free(s), free(scr), free(qd);
+                    }
+            free(x), free(deq), free(perm);
+            store_free(&st);
+        }
+    for (int si = 0; si < 2; si++)
+        printf("# avx512 %s key scores vs double (max |s - ref| / max sum |q k|; outlier query in brackets): int8 %.2g "
+               "(%.2g), q8_0 %.2g (%.2g), int4 %.2g (%.2g), q4_0 %.2g (%.2g)\n",
+               si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][si][0], worst[0][si][1],
+               worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
 /* elem.h's readers vs store_dequantize_rows_f32 on random rows of every type (W = 64, and 45 where allowed). */
@@ -658,8 +747,10 @@ int main(void)
     kivi_tests();
     intn_tests();
     slot_tests();
+    vnni_score_tests();
     elem_tests();
-    printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g)\n",
-           decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL);
+    printf("# fused kernels: %s; worst relative error vs double: fused %.2g, ref %.2g, naive %.2g (tolerance %g); "
+           "fused with int8 / q8_0 / int4 / q4_0 keys and G >= 2: %.2g\n",
+           decode_isa(), worst_err[0], worst_err[1], worst_err[2], DECODE_TOL, worst_int_keys);
     return check_failures ? 1 : 0;
 }

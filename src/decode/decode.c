@@ -89,6 +89,7 @@ static unsigned cpu_features(void)
         if (zmm_ok && (b & (1u << 16))) f |= DECODE_CPU_AVX512F;
         if (zmm_ok && (b & (1u << 30))) f |= DECODE_CPU_AVX512BW;
         if (zmm_ok && (b & (1u << 31))) f |= DECODE_CPU_AVX512VL;
+        if (zmm_ok && (c & (1u << 11))) f |= DECODE_CPU_AVX512VNNI;
     }
     return f;
 }
@@ -107,10 +108,11 @@ static const KernelSet *fused_kernels(void)
     unsigned f = cpu_features(), need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C;
     unsigned need512 = need | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW | DECODE_CPU_AVX512VL;
     int scalar = env && strcmp(env, "scalar") == 0, avx2 = env && strcmp(env, "avx2") == 0;
+    int novnni = env && strcmp(env, "avx512-novnni") == 0;   /* the AVX-512 set without its VNNI key kernels */
     /* the CPU test first: decode_kernels_avx512() itself is compiled for AVX-512 (its table copy may use zmm
      * moves), so calling it on a CPU without AVX-512 would be an illegal instruction */
     if (!scalar && (f & need) == need && decode_kernels_avx2()) k = decode_kernels_avx2();
-    if (!scalar && !avx2 && (f & need512) == need512 && decode_kernels_avx512()) k = decode_kernels_avx512();
+    if (!scalar && !avx2 && (f & need512) == need512 && decode_kernels_avx512(!novnni)) k = decode_kernels_avx512(!novnni);
     best = k;
     return k;
 }

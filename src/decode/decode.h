@@ -42,7 +42,8 @@
  * KernelSet, always), DECODE_NAIVE (every step first dequantizes the whole cache to float32 with the portable
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
- * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available.
+ * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
+ * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels.
  *
  * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
@@ -109,7 +110,7 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
 
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8, DECODE_CPU_AVX512BW = 16,
-       DECODE_CPU_AVX512VL = 32 };
+       DECODE_CPU_AVX512VL = 32, DECODE_CPU_AVX512VNNI = 64 };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */

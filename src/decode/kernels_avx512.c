@@ -1,8 +1,10 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
- * AVX-512F/BW/VL kernels. This file alone is
- * compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); decode.c calls it only after cpuid and
- * xgetbv say the CPU and OS have them (the ZMM and opmask state). Its scalar twins are kernels_ref.c's (and
+ * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
+ * integer dot products for two or more heads. This file alone is compiled with -mavx512f -mavx512bw -mavx512vl
+ * (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it only after cpuid and
+ * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
+ * AVX512_VNNI. Its scalar twins are kernels_ref.c's (and
  * kernels_kivi's), like the AVX2 kernels'. Shapes a slot does not take go to the AVX2 slot (see each slot).
  *
  * Why: with several query heads per KV head (GQA) the kernels are bound by float work per cached row (G x W
@@ -34,6 +36,9 @@
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
+ * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads as exact integer dot
+ * products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys with AVX-512
+ * VNNI" below).
  * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
  * sum grouped by 16 lanes.
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
@@ -47,6 +52,7 @@
     defined(__FMA__) && defined(__F16C__)
 #include "store/elem.h"
 
+#include <float.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -423,6 +429,309 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
         }                                                                                                        \
     }
 
+/* ---- int8 / q8_0 / int4 / q4_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ---------- */
+
+/* Used for two or more heads, W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in the VNNI set
+ * (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
+ *
+ * The query, exactly enough: per head a float32 scale sq = max|q| / VN_QMAX and the integer v = round(q / sq),
+ * |v| <= VN_QMAX < 2^23, written in three balanced base-256 digits, v = 65536 d0 + 256 d1 + d2, each in
+ * [-128, 127] (d2 = v mod 256 taken into [-128, 127], then d1 the same of (v - d2) / 256, d0 = the rest: |d0| <=
+ * (VN_QMAX / 256 + 128.5) / 256 < 128). The only rounding is v's: |q - sq v| <= sq / 2 = max|q| 2^-24 (about
+ * 6e-8 of the largest element), the size of float32's own rounding of the products the float kernels sum. (A
+ * query rounded to 16 bits would move the scores by about 2.6e-5 of their spread: over the 1e-5 rule.)
+ *
+ * Keys: vpdpbusd multiplies unsigned by signed bytes (4 products per int32 lane), so an int8 / q8_0 code k is
+ * read as k + 128 (the sign bit flipped, one XOR per 64 bytes) and a 4-bit code as its stored n = value + 8;
+ * each digit's accumulator starts at -off sum_j d (off = 128 or 8; per head and digit, per block of 32 for
+ * q8_0 / q4_0), which makes it sum_j value_j d_j exactly: an int32 sum whose partial values stay below
+ * 255 x 128 x W < 2^31 (W <= VN_MAXW). Lanes are rows: a tile's 16 rows are transposed in dwords (16 x 64 bytes
+ * per chunk, four shuffle stages; 4 bits: the packed bytes, each word then split into its low and high nibbles),
+ * so one vpdpbusd takes 4 columns of 16 rows against one head's digit of those 4 columns (broadcast from memory
+ * by the instruction); no horizontal sums. Per row of 128 int8 codes: 2 XORs + 8 shuffles for all heads, then
+ * 6 vpdpbusd per head (the float kernel: 16 conversions for all heads, then 8 FMAs and ~3 reduction shuffles
+ * per head); a 512-bit vpdpbusd issues at 2 per cycle like the FMAs on the development machine's Sapphire
+ * Rapids cores (measured: 12 independent chains, 0.16 ns each for both).
+ *
+ * The three exact digit sums D0, D1, D2 become the score as float32: (D0 65536 + D1 256) + D2 (two roundings,
+ * each relative 2^-24 of a partial result whose size is at most sum_j |value_j| |v_j|), then times sq and the
+ * token scale (int8, int4) or, per block of 32, times the block's FP16 scale d, summed over the blocks in
+ * float32 (q8_0, q4_0). tests/test_decode.c compares the scores with and without VNNI against double (worst
+ * seen: about 1e-7 of sum_j |q_j k_j|, 1e-6 for a query with an outlier channel 100x the rest; float32 kernels
+ * 1e-7 and 7e-7) and the whole step against attention in double like every other kernel (DECODE_TOL).
+ * Measured (one thread, the slot called on 2048 rows in L2, W = 128, best of 300, ns per row, VNNI vs float32
+ * kernels): int8 G = 2 / 4 / 8 4.7 / 7.2 / 11.7 vs 7.0 / 10.4 / 16.3; q8_0 6.3 / 9.4 / 15.7 vs 8.6 / 12.7 /
+ * 24.8; int4 4.2 / 7.0 / 12.1 vs 6.2 / 8.4 / 14.4; q4_0 5.4 / 8.4 / 14.4 vs 7.7 / 11.6 / 23.5. */
+enum { VN_MAXW = 512 };
+#define VN_QMAX 8355000.0   /* < 127 * 65536 + 127 * 256 + 128, with room for float32's rounding of sq */
+
+#define VNNI_INLINE static inline __attribute__((always_inline, target("avx512vnni")))
+
+INLINE int vn_4bit(const int F) { return F == F_INT4 || F == F_Q4_0; }
+
+/* The prepared query's position (kernel order) of byte 0 of column word w (vn_transpose's layout; bytes 1..3 follow
+ * it): 8 bits: column 4w; int4 (chunks of 64 packed bytes; words 2c / 2c + 1 = the low / high nibbles of packed
+ * word c): natural columns 2 (64 z + 4 c + i) + h, i < 4, which in this file's int4 order (units of 32, even
+ * columns first) sit at 32 (4 z + c / 4) + 16 h + 4 (c % 4) + i; q4_0 (chunks of 4 blocks; packed word c = bytes
+ * 4 (c % 4).. of block c / 4, low nibble = column j, high = j + 16; natural order): the same positions. Each block
+ * of 32 columns thus fills the words 8b..8b+7 (q8_0, q4_0). */
+INLINE size_t vn_wpos(const int F, size_t w)
+{
+    if (!vn_4bit(F)) return 4 * w;
+    const size_t z = w / 32, c = w % 32 / 2, h = w % 2;
+    return 32 * (4 * z + c / 4) + 16 * h + 4 * (c % 4);
+}
+
+/* The G prepared queries (qp: W floats each, kernel order) as digit words and offsets: qd[(w G + h) 3 + e] = the
+ * 4 bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of column word w of head h (vn_wpos); cor[(b G +
+ * h) 3 + e] = -off x the sum of digit e over block b (32 columns for q8_0 / q4_0, all W else; off = 128 for the
+ * sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8); sq[h] the scales. dg: scratch of 3 W bytes.
+ * Returns 0, or -1 when a query holds a value that is not finite or is too small for a normal scale (the caller
+ * then takes the float kernel). */
+INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg, const float *qp, size_t G, size_t W)
+{
+    const size_t nw = W / 4, bc = is_block(F) ? 32 : W;   /* columns per offset block */
+    const int32_t off = vn_4bit(F) ? 8 : 128;
+    for (size_t h = 0; h < G; h++) {
+        const float *q = qp + h * W;
+        __m512 mx = _mm512_setzero_ps();
+        for (size_t j = 0; j < W; j += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q + j)));
+        const float m = _mm512_reduce_max_ps(mx);   /* NaN lanes lose to max: checked below */
+        if (!(m <= FLT_MAX)) return -1;
+        const float sc = m > 0.0f ? (float)(m / VN_QMAX) : 1.0f;
+        if (!(sc >= FLT_MIN)) return -1;   /* a query below 1e-31: its scale would not be a normal float */
+        sq[h] = sc;
+        const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
+        const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
+        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (size_t j = 0; j < W; j += 16) {   /* the digits in kernel order: dg[e W + j] */
+            const __m512 x = _mm512_loadu_ps(q + j);
+            __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
+            __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
+            lo = _mm512_max_pd(_mm512_min_pd(lo, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
+            hi = _mm512_max_pd(_mm512_min_pd(hi, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
+            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
+            /* balanced digits: d2 = v mod 256 in [-128, 127], r = (v - d2) / 256 (exact), and so on */
+            const __m512i d2 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(v, c128), c255), c128);
+            const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
+            const __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
+            const __m512i d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
+            const __m512i d[3] = {d0, d1, d2};
+            for (size_t e = 0; e < 3; e++) {
+                _mm_storeu_si128((__m128i *)(void *)(dg + e * W + j), _mm512_cvtepi32_epi8(d[e]));
+                sum[e] = _mm512_add_epi32(sum[e], d[e]);
+            }
+            if ((j + 16) % bc == 0)
+                for (size_t e = 0; e < 3; e++) {
+                    cor[(j / bc * G + h) * 3 + e] = -off * _mm512_reduce_add_epi32(sum[e]);
+                    sum[e] = _mm512_setzero_si512();
+                }
+        }
+        for (size_t w = 0; w < nw; w++)
+            for (size_t e = 0; e < 3; e++) memcpy(qd + (w * G + h) * 3 + e, dg + e * W + vn_wpos(F, w), 4);
+    }
+    return 0;
+}
+
+/* 16 rows of a chunk z in dwords, transposed: 8 bits: 64 codes (int8 bytes 64z..64z+63; q8_0 the codes of blocks
+ * 2z and 2z+1), the sign bit flipped: tb[16 c + r] = codes 4c..4c+3 of row r (c < 16); 4 bits: 64 packed bytes
+ * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), packed word c split into tb[16 (2c) + r] (low nibbles)
+ * and tb[16 (2c + 1) + r] (high nibbles), each a byte 0..15. */
+VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i r[16], a[16], b[16];
+    UNROLL for (int i = 0; i < 16; i++) {
+        __m512i x;
+        if (F == F_Q8_0) {
+            const uint8_t *p = rp[i] + 2 * z * sizeof(StoreBlockQ8_0) + 2;
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
+                                   _mm256_loadu_si256((const __m256i *)(const void *)(p + sizeof(StoreBlockQ8_0))), 1);
+        } else if (F == F_Q4_0) {
+            const uint8_t *p = rp[i] + 4 * z * sizeof(StoreBlockQ4_0) + 2;
+            const size_t B = sizeof(StoreBlockQ4_0);
+            __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                                                 _mm_loadu_si128((const __m128i *)(const void *)(p + B)), 1);
+            __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * B))),
+                                                 _mm_loadu_si128((const __m128i *)(const void *)(p + 3 * B)), 1);
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        } else {
+            x = _mm512_loadu_si512((const void *)(rp[i] + 64 * z));
+        }
+        r[i] = vn_4bit(F) ? x : _mm512_xor_si512(x, flip);
+    }
+    UNROLL for (int i = 0; i < 8; i++) {   /* per 128-bit lane: a[2i] dwords 0, 1 of rows 2i, 2i+1; a[2i+1] 2, 3 */
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int k = 0; k < 4; k++) {   /* b[4k + m], lane L: dword 4L + m of rows 4k..4k+3 */
+        b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int m = 0; m < 4; m++) {   /* lane L of the four row groups' b[4k + m] -> dword 4L + m, rows 0..15 */
+        const __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xDD);
+        const __m512i f0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
+        const __m512i f1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xDD);
+        const __m512i o[4] = {_mm512_shuffle_i32x4(e0, f0, 0x88), _mm512_shuffle_i32x4(e1, f1, 0x88),
+                              _mm512_shuffle_i32x4(e0, f0, 0xDD), _mm512_shuffle_i32x4(e1, f1, 0xDD)};
+        UNROLL for (int L = 0; L < 4; L++) {
+            const int c = 4 * L + m;
+            if (vn_4bit(F)) {
+                _mm512_store_si512((void *)(tb + 16 * (2 * c)), _mm512_and_si512(o[L], m4));
+                _mm512_store_si512((void *)(tb + 16 * (2 * c + 1)), _mm512_and_si512(_mm512_srli_epi16(o[L], 4), m4));
+            } else {
+                _mm512_store_si512((void *)(tb + 16 * c), o[L]);
+            }
+        }
+    }
+}
+
+/* acc + the 16 lanes' 4-byte dot products of x (unsigned) with the 4 signed bytes at p, broadcast from memory in
+ * the instruction itself (gcc keeps _mm512_set1_epi32 as a separate vpbroadcastd: twice the instructions). */
+VNNI_INLINE __m512i vn_dp_bcast(__m512i acc, __m512i x, const int32_t *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*p));
+    return acc;
+}
+
+/* The score of the exact digit sums a[0..2] (float32, see above). */
+VNNI_INLINE __m512 vn_combine(const __m512i *a)
+{
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a[0]), _mm512_set1_ps(65536.0f));
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(256.0f), v);
+    return _mm512_add_ps(v, _mm512_cvtepi32_ps(a[2]));
+}
+
+/* GC heads (qd, cor, sq at the first; G3 = 3 G words per column word) over TT transposed tiles tb (W / 4 words of
+ * 16 rows each) of rows t.., scores at s + i; q8_0: dsc[T][b] the 16 rows' scales of block b. */
+VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, size_t ls, const int32_t *qd,
+                          const int32_t *cor, const float *sq, size_t G3, const int32_t *tb, const __m512 *dsc,
+                          const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, nw = W / 4, bw = is_block(F) ? 8 : nw;   /* column words per block */
+    __m512i a[2][4][3];
+    __m512 f[2][4];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_setzero_ps();
+    size_t c0 = 0, blk = 0;
+    do {   /* nw >= bw: at least one block */
+        UNROLL for (int T = 0; T < TT; T++)   /* the accumulators start at -128 x the digit sums */
+            UNROLL for (int g = 0; g < GC; g++)
+                UNROLL for (int e = 0; e < 3; e++) a[T][g][e] = _mm512_set1_epi32(cor[blk * G3 + (size_t)(g * 3 + e)]);
+        for (size_t c = c0; c < c0 + bw; c += 8)
+            UNROLL for (int cc = 0; cc < 8; cc++) {
+                __m512i x[2];
+                UNROLL for (int T = 0; T < TT; T++)
+                    x[T] = _mm512_load_si512((const void *)(tb + ((size_t)T * nw + c + (size_t)cc) * 16));
+                const int32_t *qc = qd + (c + (size_t)cc) * G3;
+                UNROLL for (int g = 0; g < GC; g++)
+                    UNROLL for (int e = 0; e < 3; e++)
+                        if (TT == 1) {
+                            a[0][g][e] = vn_dp_bcast(a[0][g][e], x[0], qc + g * 3 + e);
+                        } else {   /* one broadcast for both tiles */
+                            __m512i qv = _mm512_set1_epi32(qc[g * 3 + e]);
+                            __asm__("" : "+v"(qv));
+                            UNROLL for (int T = 0; T < TT; T++) a[T][g][e] = _mm512_dpbusd_epi32(a[T][g][e], x[T], qv);
+                        }
+            }
+        if (is_block(F))   /* the block's sums times its FP16 scales */
+            UNROLL for (int T = 0; T < TT; T++)
+                UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_fmadd_ps(vn_combine(a[T][g]), dsc[T * 16 + (int)blk], f[T][g]);
+        c0 += bw, blk++;
+    } while (c0 < nw);
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        __m512 sc = _mm512_set1_ps(1.0f);
+        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        UNROLL for (int g = 0; g < GC; g++) {
+            __m512 v = is_block(F) ? f[T][g] : vn_combine(a[T][g]);
+            v = _mm512_mul_ps(v, _mm512_set1_ps(sq[g]));
+            if (k->rscale) v = _mm512_mul_ps(v, sc);
+            _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
+        }
+    }
+}
+
+/* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 keys for the G heads: the TT tiles transposed once (and q8_0's block
+ * scales gathered once), then the heads in groups of 4, 2, 1 (12, or with two tiles 12 and 6, accumulation
+ * chains: vpdpbusd's latency is 5 cycles at 2 per cycle). */
+VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const int32_t *qd, const int32_t *cor,
+                         const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, nw = W / 4, G3 = 3 * G;
+    const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
+    int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
+    __m512 dsc[2 * 16];   /* q8_0 / q4_0: W / 32 <= 16 blocks */
+    const uint8_t *rp[2][16];
+    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
+    UNROLL for (int T = 0; T < TT; T++)
+        for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + cw * z) * 16);
+    if (is_block(F)) {   /* rows past nr repeat row nr - 1 (tile_rows) */
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        UNROLL for (int T = 0; T < TT; T++) {
+            const int last = (int)nr - 1 - 16 * T;
+            const __m512i idx = _mm512_mullo_epi32(_mm512_min_epi32(iota, _mm512_set1_epi32(last < 0 ? 0 : last)),
+                                                   _mm512_set1_epi32((int)rb));
+            const uint8_t *base = k->codes + (t + 16 * (size_t)T) * rb;
+            for (size_t b = 0; b < W / 32; b++) {
+                const __m512i dw = _mm512_i32gather_epi32(idx, (const void *)(base + b * BB), 1);
+                dsc[T * 16 + (int)b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            }
+        }
+    }
+    size_t h = 0;
+    for (; h + 4 <= G; h += 4) vn_heads(F, 4, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+    if (h + 2 <= G) {
+        vn_heads(F, 2, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+        h += 2;
+    }
+    if (h < G) vn_heads(F, 1, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+}
+
+/* scr: the digit words (G W / 4 x 3 int32), the offsets (G nb x 3 int32), the scales (G floats), the digits (3 W
+ * bytes). Tiles of 16 rows
+ * for four or more heads, else 32. */
+VNNI_INLINE int vn_scores(const int F, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
+                          size_t n, float *scr)
+{
+    const size_t W = k->W, nb = is_block(F) ? W / 32 : 1;
+    int32_t *qd = (int32_t *)(void *)scr, *cor = qd + G * W / 4 * 3;
+    float *sq = (float *)(void *)(cor + G * nb * 3);
+    int8_t *dg = (int8_t *)(void *)(sq + G);
+    if (vn_prep(F, qd, cor, sq, dg, qp, G, W)) return -1;
+    const size_t step = G >= 4 ? 16 : 32;   /* two tiles at four heads: measured 10-15 % slower */
+    for (size_t r = 0; r < n; r += step) {
+        const size_t nr = n - r < step ? n - r : step;
+        if (nr > 16) vn_tile(F, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+        else vn_tile(F, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+    }
+    return 0;
+}
+
+__attribute__((target("avx512vnni"))) static int scores_int8_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_INT8, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_int4_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_INT4, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_q4_0_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_Q4_0, s, ls, qp, G, k, t0, n, scr);
+}
+__attribute__((target("avx512vnni"))) static int scores_q8_0_vnni(float *s, size_t ls, const float *qp, size_t G,
+                                                                 const KRows *k, size_t t0, size_t n, float *scr)
+{
+    return vn_scores(F_Q8_0, s, ls, qp, G, k, t0, n, scr);
+}
+
 /* ---- values ----------------------------------------------------------------------------------------------- */
 
 /* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
@@ -760,9 +1069,40 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     }
 }
 #define vacc_int4 vacc_int4_tiles
-DEFINE_FORMAT(q4_0, F_Q4_0, STORE_Q4_0, 1)
-DEFINE_FORMAT(int8, F_INT8, STORE_INT8, 1)
-DEFINE_FORMAT(q8_0, F_Q8_0, STORE_Q8_0, 1)
+DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1)
+#define vacc_q4_0 vacc_q4_0_f32
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1)
+DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
+#define vacc_int8 vacc_int8_f32
+#define vacc_q8_0 vacc_q8_0_f32
+
+/* int8 / q8_0 keys of two or more heads with W % 64 == 0 and W <= VN_MAXW: the VNNI kernels (the slots of the
+ * VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
+static int vn_takes(size_t G, const KRows *k, size_t unit) { return G >= 2 && k->W % unit == 0 && k->W <= VN_MAXW; }
+static void scores_int8(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    if (vn_takes(G, k, 64) && scores_int8_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_int8_f32(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_q8_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    if (vn_takes(G, k, 64) && scores_q8_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_q8_0_f32(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_int4_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                           float *scr)
+{
+    if (vn_takes(G, k, 128) && scores_int4_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_int4(s, ls, qp, G, k, t0, n, scr);
+}
+static void scores_q4_0_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                           float *scr)
+{
+    if (vn_takes(G, k, 128) && scores_q4_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
+    scores_q4_0_f32(s, ls, qp, G, k, t0, n, scr);
+}
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
 
@@ -779,27 +1119,28 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
     }
 }
 
-static KernelSet kernels_avx512;
+static KernelSet kernels_avx512, kernels_avx512_vnni;
 
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
  * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
-__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(void)
+__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int vnni)
 {
     static int ready;
     unsigned need = DECODE_CPU_AVX2 | DECODE_CPU_FMA | DECODE_CPU_F16C | DECODE_CPU_AVX512F | DECODE_CPU_AVX512BW |
                     DECODE_CPU_AVX512VL;
-    if ((decode_cpu_features() & need) != need) return NULL;
+    const unsigned f = decode_cpu_features();
+    if ((f & need) != need) return NULL;
     if (!ready) {
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
         kernels_avx512 = *a;
         kernels_avx512.name = "avx512";
         kernels_avx512.scores[STORE_INT4] = scores_int4;
-        kernels_avx512.scores[STORE_Q4_0] = scores_q4_0;
+        kernels_avx512.scores[STORE_Q4_0] = scores_q4_0_f32;
         kernels_avx512.vacc[STORE_INT4] = vacc_int4;
         kernels_avx512.vacc[STORE_Q4_0] = vacc_q4_0;
-        kernels_avx512.scores[STORE_INT8] = scores_int8;
-        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512.scores[STORE_INT8] = scores_int8_f32;
+        kernels_avx512.scores[STORE_Q8_0] = scores_q8_0_f32;
         kernels_avx512.scores[STORE_F16] = scores_f16;
         kernels_avx512.vacc[STORE_INT8] = vacc_int8;
         kernels_avx512.vacc[STORE_Q8_0] = vacc_q8_0;
@@ -811,12 +1152,21 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(voi
         kernels_avx512.col_order = col_order_avx512;
         kernels_avx512.max = max_avx512;
         kernels_avx512.exp_sum = exp_sum_avx512;
+        kernels_avx512_vnni = kernels_avx512;   /* the same name: the same results up to the key sums' rounding */
+        kernels_avx512_vnni.scores[STORE_INT8] = scores_int8;
+        kernels_avx512_vnni.scores[STORE_Q8_0] = scores_q8_0;
+        kernels_avx512_vnni.scores[STORE_INT4] = scores_int4_vn;
+        kernels_avx512_vnni.scores[STORE_Q4_0] = scores_q4_0_vn;
         ready = 1;
     }
-    return &kernels_avx512;
+    return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
 }
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
-const KernelSet *decode_kernels_avx512(void) { return NULL; }
+const KernelSet *decode_kernels_avx512(int vnni)
+{
+    (void)vnni;
+    return NULL;
+}
 #endif
