@@ -56,7 +56,7 @@ scripts/plot-attn-kl.sh results/model-lm.csv results/attn-vs-kl.png --stats resu
     --title "models/lm, configs/model-lm.json: attention error vs the model's KL divergence, per method"
 echo "wrote results/attn-vs-kl.png and results/attn-vs-kl.txt" >&2
 # A Llama-3-8B-shaped cache (data.shape, 32 layers, 8 KV / 32 query heads, D 128) at 4096 tokens: every family at
-# about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 4 minutes and 210 MB on 2 cores;
+# about 2x/4x/8x (configs/sweep-llama.json). The largest run here: about 75 s (2.1 minutes of CPU) and 254 MB on 2 cores;
 # KVC_RESULTS_QUICK=1 leaves it and the retrieval table out.
 if [ -z "${KVC_RESULTS_QUICK:-}" ]; then
     write results/pareto-llama.csv $KVC run configs/sweep-llama.json --no-timing --format csv -q
