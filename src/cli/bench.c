@@ -351,8 +351,8 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     bench_isa_flags(isa, sizeof isa);
     printf("# kvc %s (commit %s) bench\n", KVC_VERSION, prov_commit());
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, bench_cpu_count(), cache);
-    printf("# isa:      %s; fused kernels: %s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 -mfma "
-           "-mf16c)\n", isa, decode_isa());
+    printf("# isa:      %s; fused kernels: %s%s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 -mfma "
+           "-mf16c)\n", isa, decode_isa(), decode_vnni() ? " with VNNI integer keys" : "");
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);

@@ -99,6 +99,8 @@ static unsigned cpu_features(void) { return 0; }
 
 unsigned decode_cpu_features(void) { return cpu_features(); }
 
+static int vnni_used;   /* fused_kernels chose the AVX-512 set with its VNNI key slots */
+
 static const KernelSet *fused_kernels(void)
 {
     static const KernelSet *best;
@@ -112,12 +114,21 @@ static const KernelSet *fused_kernels(void)
     /* the CPU test first: decode_kernels_avx512() itself is compiled for AVX-512 (its table copy may use zmm
      * moves), so calling it on a CPU without AVX-512 would be an illegal instruction */
     if (!scalar && (f & need) == need && decode_kernels_avx2()) k = decode_kernels_avx2();
-    if (!scalar && !avx2 && (f & need512) == need512 && decode_kernels_avx512(!novnni)) k = decode_kernels_avx512(!novnni);
+    if (!scalar && !avx2 && (f & need512) == need512 && decode_kernels_avx512(!novnni)) {
+        k = decode_kernels_avx512(!novnni);
+        vnni_used = !novnni && (f & DECODE_CPU_AVX512VNNI);
+    }
     best = k;
     return k;
 }
 
 const char *decode_isa(void) { return fused_kernels()->name; }
+
+int decode_vnni(void)
+{
+    fused_kernels();
+    return vnni_used;
+}
 
 /* The kernels' view of st (kernels.h's KRows). Returns 1 when the slot of its type reads it: every type but
  * STORE_INTN, and intN when full rank, 2 / 4 / 8 bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a

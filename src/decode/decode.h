@@ -115,6 +115,8 @@ unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
 const char *decode_isa(void);
+/* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
+int decode_vnni(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
  * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of
  * each pass in sec[0..repeat). Returns 0, or -1 with kvc_fail set if the threads cannot start. */

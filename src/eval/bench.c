@@ -134,8 +134,9 @@ void bench_caches(char *buf, size_t cap)
 void bench_isa_flags(char *buf, size_t cap)
 {
     unsigned f = decode_cpu_features();
-    snprintf(buf, cap, "%s%s%s%s", f & DECODE_CPU_AVX2 ? "avx2 " : "", f & DECODE_CPU_FMA ? "fma " : "",
-             f & DECODE_CPU_F16C ? "f16c " : "", f & DECODE_CPU_AVX512F ? "avx512f" : "(no avx512f)");
+    snprintf(buf, cap, "%s%s%s%s%s", f & DECODE_CPU_AVX2 ? "avx2 " : "", f & DECODE_CPU_FMA ? "fma " : "",
+             f & DECODE_CPU_F16C ? "f16c " : "", f & DECODE_CPU_AVX512F ? "avx512f" : "(no avx512f)",
+             f & DECODE_CPU_AVX512VNNI ? " avx512_vnni" : "");
 }
 
 /* ---- measurements -------------------------------------------------------------------------------------------- */
