@@ -14,8 +14,8 @@
  * config file again, so a file that changes after kvc read it cannot mix two configs in one run.
  *
  * Limits (checked before any allocation): tokens <= 16777216, head_dim <= 65536, layers and kv_heads <= 4096,
- * q_heads <= 65536; kv_heads x tokens x head_dim <= 2^27 numbers per layer of a tensor (kvc run makes larger
- * synthetic data a layer at a time; data held whole stays within 2^27 per tensor, src/data/load.h), and the same
+ * q_heads <= 65536; tokens x head_dim <= 2^27 numbers per KV head of a tensor (kvc run makes larger synthetic
+ * data a few KV heads at a time; data held whole stays within 2^27 per tensor, src/data/load.h), and the same
  * bound for the queries (layers x q_heads x queries x head_dim) and a layer's attention weights (q_heads x queries
  * x max(tokens, head_dim));
  * at most 1000000 expanded experiments.

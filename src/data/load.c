@@ -40,13 +40,13 @@ int data_make(Data *d, const Config *cfg)
 {
     if (cfg->from_model) return model_source_make(d, cfg);
     if (!cfg->from_files) {
-        /* the config's limit is per layer (kvc run streams a larger data set); held whole, per tensor */
+        /* the config's limit is per KV head (kvc run streams a larger data set); held whole, per tensor */
         size_t n = cfg->layers * cfg->kv_heads * cfg->dims.T * cfg->dims.D;
         if (n > CONFIG_MAX_NUMBERS) {
             memset(d, 0, sizeof *d);
             return kvc_fail("data: layers x kv_heads x tokens x head_dim = %zu x %zu x %zu x %zu exceeds the limit of "
                             "%lu numbers per tensor for data held whole (kvc synth, kvc stats; kvc run makes such data "
-                            "a layer at a time unless KVC_DATA_STREAM=0) (got %zu)", cfg->layers, cfg->kv_heads,
+                            "a few KV heads at a time unless KVC_DATA_STREAM=0) (got %zu)", cfg->layers, cfg->kv_heads,
                             cfg->dims.T, cfg->dims.D, CONFIG_MAX_NUMBERS, n);
         }
         return synth_data(d, cfg);

@@ -19,7 +19,7 @@
  * is run once), or for data.source "files" the values of cfg->files[] read into *d, with
  * RoPE for pre-RoPE keys (data.rope), the outlier mask (data.outlier_channels) and data_check. cfg is not
  * changed: data_make may be called again. Synthetic data is held whole, so it must have at most CONFIG_MAX_NUMBERS
- * numbers per tensor (the config's own limit is per layer). 0 or -1 with kvc_fail set (d then zeroed). */
+ * numbers per tensor (the config's own limit is per KV head). 0 or -1 with kvc_fail set (d then zeroed). */
 int data_make(Data *d, const Config *cfg);
 
 /* data_make for kvc run: synthetic data that synth_stream_wanted picks is streamed (synth_data_stream: K and V

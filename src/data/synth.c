@@ -657,7 +657,7 @@ int synth_stream_wanted(const Config *cfg)
     if (env && strcmp(env, "1") == 0) return 1;
     if (env && strcmp(env, "0") == 0) return 0;
     size_t n = cfg->layers * cfg->kv_heads * cfg->dims.T * cfg->dims.D;
-    return cfg->layers > 1 && n > SYNTH_STREAM_NUMBERS;
+    return (cfg->layers > 1 || cfg->kv_heads > 1) && n > SYNTH_STREAM_NUMBERS;
 }
 
 static void gen_state_free(DataStream *st)

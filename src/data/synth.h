@@ -48,8 +48,8 @@ int synth_data_stream(Data *d, const Config *cfg);
  * from them at once. Streamed data is first made this many KV heads at a time. The numbers do not depend on it.
  * Default 1. */
 void synth_set_threads(int n);
-/* 1 when kvc run should stream cfg's data: synthetic, more than one layer, and more than SYNTH_STREAM_NUMBERS
- * numbers per tensor; the environment variable KVC_DATA_STREAM=1 (always) or 0 (never) overrides the size rule
+/* 1 when kvc run should stream cfg's data: synthetic, more than one layer or KV head, and more than
+ * SYNTH_STREAM_NUMBERS numbers per tensor; the environment variable KVC_DATA_STREAM=1 (always) or 0 (never) overrides the size rule
  * (the tests compare both). */
 #define SYNTH_STREAM_NUMBERS (1UL << 25)
 int synth_stream_wanted(const Config *cfg);
