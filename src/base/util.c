@@ -80,6 +80,16 @@ void *xcalloc(size_t count, size_t size)
     return big_advise(p, count * size);
 }
 
+FILE *xmemstream(char **buf, size_t *len, const char *what)
+{
+    FILE *f = open_memstream(buf, len);
+    if (!f) {
+        if (what) xalloc_context("%s", what);
+        xalloc_die(0);
+    }
+    return f;
+}
+
 char *xstrdup(const char *s)
 {
     size_t n = strlen(s) + 1;

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KVC_VERSION "0.1.0"
 
@@ -36,6 +37,9 @@ void *xcalloc(size_t count, size_t size);
  * kernels' buffers, whose vector loads then never straddle a cache line more often than the layout makes them. */
 void *xalloc64(size_t n);
 char *xstrdup(const char *s);
+/* open_memstream(buf, len) that never returns NULL: when it fails, the out-of-memory exit of xmalloc, naming
+ * `what` (NULL: the context xalloc_context set). */
+FILE *xmemstream(char **buf, size_t *len, const char *what);
 /* What the next allocations are for, named in the out-of-memory message ("cfg.json: experiments.3 (int4)");
  * printf-style, copied (at most 255 bytes); NULL clears it. Single-threaded callers only (main's thread). */
 void xalloc_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

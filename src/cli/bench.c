@@ -398,11 +398,7 @@ int cmd_bench(int argc, char **argv)
         if (csv_out.open) {
             char *buf = NULL;
             size_t len = 0;
-            FILE *mf = open_memstream(&buf, &len);
-            if (!mf) {
-                xalloc_context("bench: the CSV");
-                xalloc_die(0);
-            }
+            FILE *mf = xmemstream(&buf, &len, "bench: the CSV");
             fprintf(mf, "%s\n", csv_header);
             for (size_t i = 0; i < n_res; i++) print_csv_row(mf, o, &res[i]);
             fclose(mf);

@@ -101,20 +101,11 @@ static void pretty_value(FILE *f, const cJSON *n, int depth)
     }
 }
 
-static FILE *memstream(char **buf, size_t *len)
-{
-    FILE *f = open_memstream(buf, len);
-    if (!f) {
-        xalloc_die(0);
-    }
-    return f;
-}
-
 char *canon_data(const cJSON *root)
 {
     char *out = NULL;
     size_t n = 0;
-    FILE *f = memstream(&out, &n);
+    FILE *f = xmemstream(&out, &n, NULL);
     canon_value(f, root, 1);
     fclose(f);
     return out;
@@ -124,7 +115,7 @@ char *canon_pretty(const cJSON *root)
 {
     char *out = NULL;
     size_t n = 0;
-    FILE *f = memstream(&out, &n);
+    FILE *f = xmemstream(&out, &n, NULL);
     pretty_value(f, root, 0);
     fclose(f);
     return out;

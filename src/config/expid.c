@@ -80,20 +80,11 @@ static void close_text(FILE *f)
     }
 }
 
-static FILE *open_text(char **buf, size_t *len)
-{
-    FILE *f = open_memstream(buf, len);
-    if (!f) {
-        xalloc_die(0);
-    }
-    return f;
-}
-
 char *expid_text(const Config *cfg, size_t i)
 {
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_text(&buf, &len);
+    FILE *f = xmemstream(&buf, &len, NULL);
     data_text(f, cfg);
     exp_text(f, &cfg->exps[i]);
     close_text(f);
@@ -117,7 +108,7 @@ int expid_all(uint64_t *ids, const Config *cfg)
     size_t n = cfg->n_exps;
     char *dbuf = NULL;
     size_t dlen = 0;
-    FILE *f = open_text(&dbuf, &dlen);
+    FILE *f = xmemstream(&dbuf, &dlen, NULL);
     data_text(f, cfg);
     close_text(f);
     uint64_t base = expid_fnv1a(EXPID_FNV_BASIS, dbuf, dlen);
@@ -127,7 +118,7 @@ int expid_all(uint64_t *ids, const Config *cfg)
     for (size_t i = 0; i < n; i++) {
         char *ebuf = NULL;
         size_t elen = 0;
-        f = open_text(&ebuf, &elen);
+        f = xmemstream(&ebuf, &elen, NULL);
         exp_text(f, &cfg->exps[i]);
         close_text(f);
         ids[i] = expid_fnv1a(base, ebuf, elen);

@@ -143,11 +143,7 @@ int load_save(const char *dir, SaveFormat fmt, const Data *d, const Config *cfg)
     /* the data block of files.json; file names are plain ASCII, so they need no JSON escaping */
     char *djson = NULL;
     size_t dlen = 0;
-    FILE *dj = open_memstream(&djson, &dlen);
-    if (!dj) {
-        xalloc_context("files.json");
-        xalloc_die(0);   /* exit 1, as xmalloc */
-    }
+    FILE *dj = xmemstream(&djson, &dlen, "files.json");
     fputs("{\"source\": \"files\", \"files\": {", dj);
     int rc = 0, first = 1;
     for (int r = 0; r < CONFIG_N_FILES && rc == 0; r++) {

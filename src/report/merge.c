@@ -207,11 +207,7 @@ int merge_files(const MergeArgs *args)
 
     char *buf = NULL;
     size_t len = 0;
-    FILE *mf = open_memstream(&buf, &len);
-    if (!mf) {
-        xalloc_context("merge: the merged rows");
-        xalloc_die(0);
-    }
+    FILE *mf = xmemstream(&buf, &len, "merge: the merged rows");
     if (fmt == FORMAT_CSV) {
         char *h = results_csv_header(per_head);
         fputs(h, mf);

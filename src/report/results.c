@@ -34,10 +34,7 @@ char *results_csv_header(int per_head)
 {
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        xalloc_die(0);
-    }
+    FILE *f = xmemstream(&buf, &len, NULL);
     if (per_head) report_header_per_head(f, FORMAT_CSV);
     else report_header(f, FORMAT_CSV);
     fclose(f);

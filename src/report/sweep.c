@@ -125,16 +125,6 @@ static int header(Sweep *s)
     return rc;
 }
 
-static FILE *memstream(char **buf, size_t *len)
-{
-    FILE *f = open_memstream(buf, len);
-    if (!f) {
-        xalloc_context("formatting a row");
-        xalloc_die(0);   /* exit 1, as xmalloc */
-    }
-    return f;
-}
-
 /* ---- progress ----
  * One line on stderr (a terminal), redrawn every PROGRESS_PERIOD seconds by a thread that only formats and writes
  * it, so that it keeps its clock during a long row. The cursor stays after the text (padding is taken back with
@@ -689,7 +679,7 @@ int sweep_rows(Sweep *s, const Row *rows, size_t n, size_t i)
     } else {
         char *buf = NULL;
         size_t len = 0;
-        FILE *f = memstream(&buf, &len);
+        FILE *f = xmemstream(&buf, &len, "formatting a row");
         for (size_t k = 0; k < n; k++) {
             if (s->have && s->have[i * s->per + k]) continue;
             assert(!s->per_head || (rows[k].layer == k / s->H && rows[k].head == k % s->H));
@@ -731,7 +721,7 @@ int sweep_close(Sweep *s, int ok)
         } else {
             char *buf = NULL;
             size_t len = 0;
-            FILE *f = memstream(&buf, &len);
+            FILE *f = xmemstream(&buf, &len, "formatting a row");
             report_table(f, s->rows, s->n_rows);
             fclose(f);
             if (write_all(s->fd, buf, len))
