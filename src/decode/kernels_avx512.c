@@ -1079,30 +1079,18 @@ DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
 /* int8 / q8_0 keys of two or more heads with W % 64 == 0 and W <= VN_MAXW: the VNNI kernels (the slots of the
  * VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
 static int vn_takes(size_t G, const KRows *k, size_t unit) { return G >= 2 && k->W % unit == 0 && k->W <= VN_MAXW; }
-static void scores_int8(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                        float *scr)
-{
-    if (vn_takes(G, k, 64) && scores_int8_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
-    scores_int8_f32(s, ls, qp, G, k, t0, n, scr);
-}
-static void scores_q8_0(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                        float *scr)
-{
-    if (vn_takes(G, k, 64) && scores_q8_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
-    scores_q8_0_f32(s, ls, qp, G, k, t0, n, scr);
-}
-static void scores_int4_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                           float *scr)
-{
-    if (vn_takes(G, k, 128) && scores_int4_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
-    scores_int4(s, ls, qp, G, k, t0, n, scr);
-}
-static void scores_q4_0_vn(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                           float *scr)
-{
-    if (vn_takes(G, k, 128) && scores_q4_0_vnni(s, ls, qp, G, k, t0, n, scr) == 0) return;
-    scores_q4_0_f32(s, ls, qp, G, k, t0, n, scr);
-}
+/* slot NAME: VNNI when vn_takes(G, k, UNIT) and VNNI accepts the query, else FALLBACK */
+#define VN_SLOT(NAME, UNIT, VNNI, FALLBACK)                                                                           \
+    static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
+    {                                                                                                               \
+        if (vn_takes(G, k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                                 \
+        FALLBACK(s, ls, qp, G, k, t0, n, scr);                                                                      \
+    }
+VN_SLOT(scores_int8, 64, scores_int8_vnni, scores_int8_f32)
+VN_SLOT(scores_q8_0, 64, scores_q8_0_vnni, scores_q8_0_f32)
+VN_SLOT(scores_int4_vn, 128, scores_int4_vnni, scores_int4)
+VN_SLOT(scores_q4_0_vn, 128, scores_q4_0_vnni, scores_q4_0_f32)
+#undef VN_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
 
