@@ -122,9 +122,11 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_targets.c $(BUILD)/lib
 # make bench: the decode-speed benchmark at full size (timing targets live here, never in make test);
 # writes results/bench.csv and results/bench.txt (machine description at the top; BENCH_ARGS adds options), and
 # results/run-timing.txt (kvc run's decode_ns / decode_speedup on configs/realistic.json and configs/methods.json),
-# and results/bench-quality.txt (kvc run against numpy on the lesson's experiments at 65536 x 128: wall, CPU, RSS).
-bench: $(BIN)
-	scripts/bench.sh $(BENCH_ARGS)
+# and results/bench-quality.txt (kvc run against numpy on the lesson's experiments at 65536 x 128: wall, CPU, RSS),
+# and results/bench-kernels.txt (tests/bench_kernels.c: the key and value kernels per cached row, in L2 and from
+# memory, beside the memory floor: where a grouped-query step's time goes).
+bench: $(BIN) $(BUILD)/tests/bench_kernels
+	KVC_BENCH_KERNELS=$(BUILD)/tests/bench_kernels scripts/bench.sh $(BENCH_ARGS)
 	scripts/bench-run.sh
 	scripts/bench-quality.sh
 

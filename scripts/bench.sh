@@ -106,6 +106,14 @@ for f in results/bench-llamacpp.txt results/bench-llamacpp-g4.txt; do
         awk '/^format thr/ { on = 1 } on && /^$/ { exit } on' "$f"
     } >> results/bench.txt.tmp
 done
+# Where the GQA step's time goes (issue 14: what limits a missed target, measured): the key and value kernels per
+# cached row, in L2 and streamed from memory, beside the memory floor (tests/bench_kernels.c, built by make bench).
+KERNELS=${KVC_BENCH_KERNELS:-build/tests/bench_kernels}
+if [ -x "$KERNELS" ]; then
+    $KERNELS 1024 > results/bench-kernels.txt.tmp   # 1 GiB per format: past any last-level cache
+    mv results/bench-kernels.txt.tmp results/bench-kernels.txt
+    { echo; echo "# where the time goes per cached row (results/bench-kernels.txt, tests/bench_kernels.c):"; cat results/bench-kernels.txt; } >> results/bench.txt.tmp
+fi
 rm -f results/bench-gqa.txt.tmp results/bench.csv.tmp.meta.json results/bench-gqa.csv.tmp.meta.json  # named after .tmp
 mv results/bench-gqa.csv.tmp results/bench-gqa.csv
 mv results/bench.csv.tmp results/bench.csv

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_decode_bench.sh: `kvc bench` as a black box at a tiny shape (the full-size run is `make bench`).
 # Checks the CSV shape and columns, the accuracy and thread-invariance columns, the table's machine header,
-# --help, and that bad arguments exit 2 with one "kvc: bench: ..." line and nothing on stdout.
+# --help, and that bad arguments exit 2 with one "kvc: bench: ..." line and nothing on stdout; and that
+# tests/bench_kernels (make bench's kernel times per row) prints its table.
 KVC=${KVC:-./kvc}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -73,4 +74,17 @@ expect_usage bench-rejects-unknown-option "unknown option" --fast
 expect_usage bench-rejects-bad-threads "--threads" --threads 1,x
 expect_usage bench-rejects-rank-over-dim "rank must be at most" --head-dim 64 --formats lr80/f16
 expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1024
+# tests/bench_kernels (make bench's per-row kernel times): at 16 MiB a row per format and G, every time positive
+BK=${KVC_TESTBIN:-build/tests}/bench_kernels
+if [ -x "$BK" ]; then
+    "$BK" 16 >"$tmp/bk" 2>"$tmp/err"
+    rc=$?
+    rows=$(awk '!/^#/ && $1 != "format" && NF == 11 && $4 > 0 && $5 > 0 && $6 > 0 && $7 > 0 && $8 > 0' "$tmp/bk" | wc -l)
+    [ $rc -eq 0 ] && [ "$rows" -eq 18 ] && ok bench-kernels-table \
+        || bad bench-kernels-table "exit $rc, $rows rows of positive times (want 18: 6 formats x G 1, 4, 8): $(head -c 300 "$tmp/err")"
+    "$BK" 3 >/dev/null 2>"$tmp/err"
+    [ $? -eq 2 ] && grep -q "MiB must be" "$tmp/err" && ok bench-kernels-rejects-small || bad bench-kernels-rejects-small "$(cat "$tmp/err")"
+else
+    bad bench-kernels-table "$BK is not built (make testbin)"
+fi
 exit $fail
