@@ -1028,10 +1028,11 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (q4_0, int8, q8_0, f16: the AVX2 set's one-head kernels, q4_0's offset
- * folded into the query, f16's streaming, measured as fast or faster there; not int4, whose column order here
- * differs from the AVX2 set's). */
-#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2)                                                                  \
+ * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) (q4_0's keys, int8, q8_0, f16: the AVX2
+ * set's one-head kernels, q4_0's offset folded into the query, f16's streaming, measured as fast or faster there;
+ * not int4, whose column order here differs from the AVX2 set's; not q4_0's values: bench_kernels, streamed, 8.5-8.9
+ * -> 6.3 ns a row here). */
+#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2, ONE_AVX2_V)                                                      \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
@@ -1045,7 +1046,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
     {                                                                                                          \
-        if (v->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1)) {                                                        \
             avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
             return;                                                                                            \
         }                                                                                                      \
@@ -1053,7 +1054,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
         HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
     }
 
-DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0)
+DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0, 0)
 
 /* int4 keys of two or more heads with W % 128 == 0 (W <= KV_MAXW): the transposed tiles, the query taken to
  * their order once per call; other widths and one head: the 16-row tiles above. */
@@ -1075,30 +1076,36 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     }
 }
 #define vacc_int4 vacc_int4_tiles
-DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1)
+DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1, 0)
 #define vacc_q4_0 vacc_q4_0_f32
-DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1)
-DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1)
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 1)
+DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
 
 /* int8 / q8_0 keys of two or more heads with W % 64 == 0 and W <= VN_MAXW: the VNNI kernels (the slots of the
  * VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
-static int vn_takes(size_t G, const KRows *k, size_t unit) { return G >= 2 && k->W % unit == 0 && k->W <= VN_MAXW; }
-/* slot NAME: VNNI when vn_takes(G, k, UNIT) and VNNI accepts the query, else FALLBACK */
-#define VN_SLOT(NAME, UNIT, VNNI, FALLBACK)                                                                           \
+static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
+{
+    return G >= ming && k->W % unit == 0 && k->W <= VN_MAXW;
+}
+/* slot NAME: VNNI when vn_takes(G, MING, k, UNIT) and VNNI accepts the query, else FALLBACK. q4_0 takes one head
+ * too (MING 1: bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2
+ * one-head kernel); int8, q8_0 and int4 at one head were as fast or slower streamed (int8 10.1 -> 9.6, q8_0 9.7 ->
+ * 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there. */
+#define VN_SLOT(NAME, UNIT, MING, VNNI, FALLBACK)                                                                     \
     static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
-        if (vn_takes(G, k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                                 \
+        if (vn_takes(G, MING, k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                           \
         FALLBACK(s, ls, qp, G, k, t0, n, scr);                                                                      \
     }
-VN_SLOT(scores_int8, 64, scores_int8_vnni, scores_int8_f32)
-VN_SLOT(scores_q8_0, 64, scores_q8_0_vnni, scores_q8_0_f32)
-VN_SLOT(scores_int4_vn, 128, scores_int4_vnni, scores_int4)
-VN_SLOT(scores_q4_0_vn, 128, scores_q4_0_vnni, scores_q4_0_f32)
+VN_SLOT(scores_int8, 64, 2, scores_int8_vnni, scores_int8_f32)
+VN_SLOT(scores_q8_0, 64, 2, scores_q8_0_vnni, scores_q8_0_f32)
+VN_SLOT(scores_int4_vn, 128, 2, scores_int4_vnni, scores_int4)
+VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
 #undef VN_SLOT
-DEFINE_FORMAT(f16, F_F16, STORE_F16, 1)
-DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
+DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1, 1)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
