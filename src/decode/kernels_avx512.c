@@ -1028,10 +1028,12 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) (q4_0's keys, int8, q8_0, f16: the AVX2
- * set's one-head kernels, q4_0's offset folded into the query, f16's streaming, measured as fast or faster there;
- * not int4, whose column order here differs from the AVX2 set's; not q4_0's values: bench_kernels, streamed, 8.5-8.9
- * -> 6.3 ns a row here). */
+ * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values): q4_0's, int8's and q8_0's keys, q8_0's and
+ * f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the query, f16's
+ * streaming, measured as fast or faster there; f16's values took 24 instead of 14-15 ns a row here). Not int4,
+ * whose column order here differs from the AVX2 set's; not (bench_kernels, one head, streamed, ns a row, AVX2 ->
+ * here) q4_0's values (8.5-8.9 -> 6.3), int8's values (9.6 -> 7.3-7.5), e4m3's keys (11.0-11.2 -> 10.1-10.7) and
+ * values (9.8-10.0 -> 7.3-7.8). */
 #define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2, ONE_AVX2_V)                                                      \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
@@ -1078,7 +1080,7 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
 #define vacc_int4 vacc_int4_tiles
 DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1, 0)
 #define vacc_q4_0 vacc_q4_0_f32
-DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 1)
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 0)
 DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
@@ -1105,7 +1107,7 @@ VN_SLOT(scores_int4_vn, 128, 2, scores_int4_vnni, scores_int4)
 VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
 #undef VN_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
-DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 1, 1)
+DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
