@@ -15,7 +15,7 @@
  *                          only file built with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do
  *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
  *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set). Where cpuid also reports
- *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads take exact
+ *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
  *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
@@ -114,7 +114,8 @@ extern const KernelSet decode_kernels_ref;
 /* NULL when kvc was built without the AVX2 translation units (non-x86 targets). */
 const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
- * reports AVX512_VNNI, the int8 and q8_0 key slots take integer dot products (vpdpbusd) for two or more heads.
+ * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd) for two or
+ * more heads (q4_0 also for one).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
