@@ -1,8 +1,9 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
- * integer dot products for two or more heads (q4_0: any number). This file alone is compiled with -mavx512f -mavx512bw -mavx512vl
- * (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it only after cpuid and
+ * integer dot products for two or more heads (q4_0: any number). This file alone is compiled with -mavx512f
+ * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
+ * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
  * AVX512_VNNI. Its scalar twins are kernels_ref.c's (and
  * kernels_kivi's), like the AVX2 kernels'. Shapes a slot does not take go to the AVX2 slot (see each slot).
@@ -36,9 +37,9 @@
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
- * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too) as exact integer dot
- * products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys with AVX-512
- * VNNI" below).
+ * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too) as exact
+ * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
+ * with AVX-512 VNNI" below).
  * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
  * sum grouped by 16 lanes.
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
@@ -431,8 +432,8 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 
 /* ---- int8 / q8_0 / int4 / q4_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ---------- */
 
-/* Used for two or more heads (q4_0: one too), W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in the VNNI set
- * (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
+/* Used for two or more heads (q4_0: one too), W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in
+ * the VNNI set (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
  *
  * The query, exactly enough: per head a float32 scale sq = max|q| / VN_QMAX and the integer v = round(q / sq),
  * |v| <= VN_QMAX < 2^23, written in three balanced base-256 digits, v = 65536 d0 + 256 d1 + d2, each in
