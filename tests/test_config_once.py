@@ -118,9 +118,20 @@ def via(kind, cfg_bytes, args_before, args_after=()):
     os.mkfifo(fifo)
     t = feed(fifo, cfg_bytes)
     out = run(args_before + [fifo] + list(args_after), timeout=20)
-    if t.is_alive():   # kvc never opened it: unblock the writer
-        with open(fifo, "rb") as fh:
-            fh.read()
+    t.join(timeout=2)   # a writer that kvc read from is done (or about to be)
+    if t.is_alive():   # kvc never opened it: the writer waits in open(); unblock it without blocking ourselves
+        # (a blocking open for reading here, after the writer had just closed, waited forever for a writer)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            deadline = time.monotonic() + 5
+            while t.is_alive() and time.monotonic() < deadline:
+                try:
+                    if not os.read(fd, 65536):
+                        time.sleep(0.01)
+                except BlockingIOError:
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
     return out
 
 
