@@ -738,8 +738,8 @@ __attribute__((target("avx512vnni"))) static int scores_q8_0_vnni(float *s, size
 /* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
  * w = wb[g*ws + i*per + k] of the unit's group k = (u+c) / gu (plain formats: per 1, one group). pfd != 0 (the
  * first column group): each row also prefetches the whole row pfd bytes ahead, so the next tile's prefetches
- * are spread over this tile's work. (They were one burst per tile: the core then waits on the line fill buffers
- * instead of converting and multiplying; spread, the value side at 4 heads per KV head took 8.8 instead of
+ * are spread over this tile's work. (They were one burst per tile, and the kernels' work and the memory then
+ * overlapped poorly, for reasons not pinned down on this VM (no cycle counters); spread, the value side at 4 heads per KV head took 8.8 instead of
  * 11.0 ms (q8_0) and 8.8 instead of 10.7 ms (e4m3), kvc bench, 65536 tokens x 8 KV heads, medians of 3
  * alternating runs.) */
 INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
