@@ -113,6 +113,8 @@ if [ -x "$KERNELS" ]; then
     $KERNELS 1024 > results/bench-kernels.txt.tmp   # 1 GiB per format: past any last-level cache
     mv results/bench-kernels.txt.tmp results/bench-kernels.txt
     { echo; echo "# where the time goes per cached row (results/bench-kernels.txt, tests/bench_kernels.c):"; cat results/bench-kernels.txt; } >> results/bench.txt.tmp
+else
+    echo "bench.sh: $KERNELS is not built (make testbin, or make bench); results/bench-kernels.txt left as it was" >&2
 fi
 rm -f results/bench-gqa.txt.tmp results/bench.csv.tmp.meta.json results/bench-gqa.csv.tmp.meta.json  # named after .tmp
 mv results/bench-gqa.csv.tmp results/bench-gqa.csv
