@@ -25,21 +25,6 @@ enum { N = 2048, W = 128 };
 
 static double best_of(double a, double b) { return a < b ? a : b; }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The kernel set decode uses on this machine. */
-static const KernelSet *used_set(void)
-{
-    const char *isa = decode_isa();
-    if (!strcmp(isa, "avx512")) return decode_kernels_avx512(decode_vnni());
-    if (!strcmp(isa, "avx2")) return decode_kernels_avx2();
-    return &decode_kernels_ref;
-}
-
 int main(int argc, char **argv)
 {
     size_t mib = argc > 1 ? (size_t)strtoul(argv[1], NULL, 10) : 256;
@@ -47,7 +32,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: MiB must be 16..65536 (got %s)\n", argv[1]);
         return 2;
     }
-    const KernelSet *ks = used_set();
+    const KernelSet *ks = decode_fused_kernels();
     /* the read bandwidth, as kvc bench's probe measures it */
     size_t nf = mib << 18;
     float *buf = xalloc64(nf * sizeof *buf);
@@ -57,8 +42,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: %s\n", kvc_errmsg());
         return 1;
     }
-    qsort(sec, 5, sizeof *sec, cmp_double);
-    const double gbps = (double)nf * sizeof *buf / sec[2] / 1e9;
+    const double gbps = (double)nf * sizeof *buf / median(sec, 5) / 1e9;
     free(buf);
     printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s; W = %d columns; one thread\n", ks->name,
            decode_vnni() ? " with VNNI integer keys" : "", W);

@@ -124,6 +124,8 @@ static const KernelSet *fused_kernels(void)
 
 const char *decode_isa(void) { return fused_kernels()->name; }
 
+const KernelSet *decode_fused_kernels(void) { return fused_kernels(); }
+
 int decode_vnni(void)
 {
     fused_kernels();

@@ -119,5 +119,7 @@ const KernelSet *decode_kernels_avx2(void);
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
+/* The set DECODE_FUSED uses on this machine (decode.c's choice, KVC_ISA honoured): for tools that time its slots. */
+const KernelSet *decode_fused_kernels(void);
 
 #endif

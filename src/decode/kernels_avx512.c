@@ -71,6 +71,15 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
+/* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
+ * (1 where the rows have none). */
+INLINE __m512 tile_scale(const KRows *k, size_t t, size_t r0, size_t nr, __mmask16 *mk)
+{
+    const size_t left = nr > r0 ? nr - r0 : 0;
+    *mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    return k->rscale ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(*mk, k->rscale + t + r0)) : _mm512_set1_ps(1.0f);
+}
+
 /* The row pointers of TT transposed tiles of 16 rows from base (rows past nr repeat row nr - 1, their scores are
  * not stored), the rows prefetched ahead. */
 INLINE void tile_rows(const uint8_t *rp[2][16], const uint8_t *base, size_t rb, size_t nr, const int TT)
@@ -206,9 +215,8 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         UNROLL for (int m = 0; m < R * GC; m++)
             buf[r0 * (size_t)GC + (size_t)m] = A == 2 ? _mm512_add_ps(a[2 * m], a[2 * m + 1]) : a[m];
     }
-    const __mmask16 mk = (__mmask16)(nr >= 16 ? 0xFFFFu : (1u << nr) - 1u);
-    __m512 sc = _mm512_set1_ps(1.0f);
-    if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t));
+    __mmask16 mk;
+    const __m512 sc = tile_scale(k, t, 0, nr, &mk);
     UNROLL for (int g = 0; g < GC; g++) {
         __m512 v = tree16(buf + g, (size_t)GC);
         if (k->rscale) v = _mm512_mul_ps(v, sc);
@@ -295,10 +303,9 @@ INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t
         }
     }
     UNROLL for (int T = 0; T < TT; T++) {
-        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
-        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
-        __m512 sc = _mm512_set1_ps(1.0f);
-        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        const size_t r0 = 16 * (size_t)T;
+        __mmask16 mk;
+        const __m512 sc = tile_scale(k, t, r0, nr, &mk);
         UNROLL for (int g = 0; g < GC; g++) {
             __m512 *ag = a[T] + g * A;
             if (A >= 4) UNROLL for (int m = 0; m < 2; m++) ag[m] = _mm512_add_ps(ag[m], ag[m + 2]);
@@ -378,10 +385,9 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
         }
     }
     UNROLL for (int T = 0; T < TT; T++) {
-        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
-        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
-        __m512 sc = _mm512_set1_ps(1.0f);
-        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        const size_t r0 = 16 * (size_t)T;
+        __mmask16 mk;
+        const __m512 sc = tile_scale(k, t, r0, nr, &mk);
         UNROLL for (int g = 0; g < 8; g++) {
             __m512 v = a[T][g];
             if (k->rscale) v = _mm512_mul_ps(v, sc);
@@ -643,10 +649,9 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
         c0 += bw, blk++;
     } while (c0 < nw);
     UNROLL for (int T = 0; T < TT; T++) {
-        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
-        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
-        __m512 sc = _mm512_set1_ps(1.0f);
-        if (k->rscale) sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k->rscale + t + r0));
+        const size_t r0 = 16 * (size_t)T;
+        __mmask16 mk;
+        const __m512 sc = tile_scale(k, t, r0, nr, &mk);
         UNROLL for (int g = 0; g < GC; g++) {
             __m512 v = is_block(F) ? f[T][g] : vn_combine(a[T][g]);
             v = _mm512_mul_ps(v, _mm512_set1_ps(sq[g]));
@@ -712,26 +717,18 @@ VNNI_INLINE int vn_scores(const int F, float *s, size_t ls, const float *qp, siz
     return 0;
 }
 
-__attribute__((target("avx512vnni"))) static int scores_int8_vnni(float *s, size_t ls, const float *qp, size_t G,
-                                                                 const KRows *k, size_t t0, size_t n, float *scr)
-{
-    return vn_scores(F_INT8, s, ls, qp, G, k, t0, n, scr);
-}
-__attribute__((target("avx512vnni"))) static int scores_int4_vnni(float *s, size_t ls, const float *qp, size_t G,
-                                                                 const KRows *k, size_t t0, size_t n, float *scr)
-{
-    return vn_scores(F_INT4, s, ls, qp, G, k, t0, n, scr);
-}
-__attribute__((target("avx512vnni"))) static int scores_q4_0_vnni(float *s, size_t ls, const float *qp, size_t G,
-                                                                 const KRows *k, size_t t0, size_t n, float *scr)
-{
-    return vn_scores(F_Q4_0, s, ls, qp, G, k, t0, n, scr);
-}
-__attribute__((target("avx512vnni"))) static int scores_q8_0_vnni(float *s, size_t ls, const float *qp, size_t G,
-                                                                 const KRows *k, size_t t0, size_t n, float *scr)
-{
-    return vn_scores(F_Q8_0, s, ls, qp, G, k, t0, n, scr);
-}
+/* The VNNI key slots of the four formats: vn_scores for F, compiled for AVX512_VNNI. */
+#define VN_SCORES(NAME, F)                                                                                       \
+    __attribute__((target("avx512vnni"))) static int NAME(float *s, size_t ls, const float *qp, size_t G,      \
+                                                          const KRows *k, size_t t0, size_t n, float *scr)     \
+    {                                                                                                          \
+        return vn_scores(F, s, ls, qp, G, k, t0, n, scr);                                                      \
+    }
+VN_SCORES(scores_int8_vnni, F_INT8)
+VN_SCORES(scores_int4_vnni, F_INT4)
+VN_SCORES(scores_q4_0_vnni, F_Q4_0)
+VN_SCORES(scores_q8_0_vnni, F_Q8_0)
+#undef VN_SCORES
 
 /* ---- values ----------------------------------------------------------------------------------------------- */
 
