@@ -286,6 +286,21 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
         kvc_fail("decode: query heads must be a positive multiple of the %zu KV heads (got %zu)", c->Hkv, Hq);
         return NULL;
     }
+    if (impl != DECODE_FUSED && impl != DECODE_REF && impl != DECODE_NAIVE && impl != DECODE_FUSED_INT16Q &&
+        impl != DECODE_FUSED_INT8Q) {
+        kvc_fail("decode: unknown implementation (got %d)", (int)impl);
+        return NULL;
+    }
+    const KernelSet *ks = impl == DECODE_REF ? &decode_kernels_ref : fused_kernels();
+    if (impl == DECODE_FUSED_INT16Q || impl == DECODE_FUSED_INT8Q) {
+        if (!decode_vnni()) {
+            kvc_fail("decode: the %s-query kernels need the AVX512_VNNI kernel set (got this run's fused set: %s%s)",
+                     impl == DECODE_FUSED_INT8Q ? "int8" : "int16", ks->name,
+                     !strcmp(ks->name, "avx512") ? " without VNNI" : "");
+            return NULL;
+        }
+        ks = decode_kernels_avx512_rounded(impl == DECODE_FUSED_INT8Q ? 1 : 2);
+    }
     if (threads < 1 || threads > 1024) {
         kvc_fail("decode: threads must be in 1..1024 (got %d)", threads);
         return NULL;
@@ -312,7 +327,7 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     d->G = Hq / c->Hkv;
     d->impl = impl;
     d->keys_only = c->V == NULL;
-    d->ks = impl == DECODE_REF ? &decode_kernels_ref : fused_kernels();
+    d->ks = ks;
     d->pool = pool_create(threads);
     if (!d->pool) {
         free(d);

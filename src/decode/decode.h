@@ -44,6 +44,11 @@
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
  * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
  * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels.
+ * DECODE_FUSED_INT16Q and DECODE_FUSED_INT8Q (only where DECODE_FUSED has the VNNI set; decoder_create fails
+ * elsewhere): the same, except that int8, q8_0, int4 and q4_0 keys take the query rounded per head to an int16
+ * (2 bytes: |q - q'| <= max|q| / 64766) or an int8 (|q - q'| <= max|q| / 254, ggml's precision) at any number
+ * of heads (kernels_avx512.c, "rounded-query sets"). Fewer integer products per key row, and an error above
+ * DECODE_TOL: a speed-versus-accuracy option that kvc bench measures with its error (--query), never a default.
  *
  * Accuracy: float32 products and accumulation (per block of DECODE_BLOCK tokens), blocks merged in double
  * (both segments' blocks, in order; each segment's weighted sum is taken back to natural order and its
@@ -67,7 +72,11 @@
 #define DECODE_BLOCK 2048     /* tokens per work item */
 #define DECODE_TOL 1e-5       /* relative error bound of a step's output vs. double precision */
 
-typedef enum DecodeImpl { DECODE_FUSED = 0, DECODE_REF = 1, DECODE_NAIVE = 2 } DecodeImpl;
+typedef enum DecodeImpl {
+    DECODE_FUSED = 0, DECODE_REF = 1, DECODE_NAIVE = 2,
+    DECODE_FUSED_INT16Q = 3,   /* DECODE_FUSED with the query rounded to int16 for int8/q8_0/int4/q4_0 keys */
+    DECODE_FUSED_INT8Q = 4,    /* ... to int8, as ggml's q8_0 query: both faster and above DECODE_TOL, see below */
+} DecodeImpl;
 
 typedef enum DecodeMode {
     DECODE_FULL = 0,   /* attention output */

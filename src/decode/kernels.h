@@ -119,6 +119,11 @@ const KernelSet *decode_kernels_avx2(void);
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
+/* The VNNI set with the int8, q8_0, int4 and q4_0 key slots taking the query rounded to `digits` 8-bit digits
+ * (2: an int16 query, 1: an int8 query, as ggml's q8_0) at any number of heads: faster, and less accurate than
+ * DECODE_TOL (kernels_avx512.c, "rounded-query sets"). Other slots as the VNNI set. NULL for other digit counts,
+ * or where the VNNI set is not available. */
+const KernelSet *decode_kernels_avx512_rounded(int digits);
 /* The set DECODE_FUSED uses on this machine (decode.c's choice, KVC_ISA honoured): for tools that time its slots. */
 const KernelSet *decode_fused_kernels(void);
 

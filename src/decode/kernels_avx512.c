@@ -472,6 +472,16 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 enum { VN_MAXW = 512 };
 #define VN_QMAX 8355000.0   /* < 127 * 65536 + 127 * 256 + 128, with room for float32's rounding of sq */
 
+/* The rounded-query sets (decode_kernels_avx512_rounded, DECODE_FUSED_INT16Q / _INT8Q): the same kernels with ND =
+ * 2 or 1 digits instead of 3, for any number of heads: v = round(q / sq), |v| <= vn_qmax(ND) (2 digits: 32383,
+ * so that |d0| <= (32383 + 128) / 256 < 127; 1 digit: 127, v itself, as ggml rounds its query to q8_0). The
+ * scores then carry the query's rounding, |q - sq v| <= max|q| / (2 vn_qmax): about 2e-5 (int16) or 5e-3
+ * (int8) of the largest score, measured and printed by kvc bench beside the speed. With one digit the heads'
+ * sums are split over two accumulators (even and odd column words, added exactly at the end), so that four
+ * heads still give 8-16 independent chains. */
+INLINE double vn_qmax(const int ND) { return ND == 1 ? 127.0 : ND == 2 ? 32383.0 : VN_QMAX; }
+INLINE int vn_nacc(const int ND) { return ND == 1 ? 2 : ND; }   /* accumulators per (tile, head) */
+
 #define VNNI_INLINE static inline __attribute__((always_inline, target("avx512vnni")))
 
 INLINE int vn_4bit(const int F) { return F == F_INT4 || F == F_Q4_0; }
@@ -489,14 +499,17 @@ INLINE size_t vn_wpos(const int F, size_t w)
     return 32 * (4 * z + c / 4) + 16 * h + 4 * (c % 4);
 }
 
-/* The G prepared queries (qp: W floats each, kernel order) as digit words and offsets: qd[(w G + h) 3 + e] = the
- * 4 bytes of digit e (0: the 65536s, 1: the 256s, 2: the units) of column word w of head h (vn_wpos); cor[(b G +
- * h) 3 + e] = -off x the sum of digit e over block b (32 columns for q8_0 / q4_0, all W else; off = 128 for the
- * sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8); sq[h] the scales. dg: scratch of 3 W bytes.
+/* The G prepared queries (qp: W floats each, kernel order) as ND digit words and offsets: qd[(w G + h) ND + e] =
+ * the 4 bytes of digit e (most significant first: 3 digits 65536s, 256s, units; 2: 256s, units; 1: v) of column
+ * word w of head h (vn_wpos); cor[(b G + h) ND + e] = -off x the sum of digit e over block b (32 columns for
+ * q8_0 / q4_0, all W else; off = 128 for the sign-flipped 8-bit codes, 8 for the 4-bit codes n = value + 8);
+ * sq[h] the scales. dg: scratch of ND W bytes.
  * Returns 0, or -1 when a query holds a value that is not finite or is too small for a normal scale (the caller
  * then takes the float kernel). */
-INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg, const float *qp, size_t G, size_t W)
+INLINE int vn_prep(const int F, const int ND, int32_t *qd, int32_t *cor, float *sq, int8_t *dg, const float *qp,
+                   size_t G, size_t W)
 {
+    const double qmax = vn_qmax(ND);
     const size_t nw = W / 4, bc = is_block(F) ? 32 : W;   /* columns per offset block */
     const int32_t off = vn_4bit(F) ? 8 : 128;
     for (size_t h = 0; h < G; h++) {
@@ -505,12 +518,12 @@ INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg
         for (size_t j = 0; j < W; j += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q + j)));
         const float m = _mm512_reduce_max_ps(mx);   /* NaN lanes lose to max: checked below */
         if (!(m <= FLT_MAX)) return -1;
-        const float sc = m > 0.0f ? (float)(m / VN_QMAX) : 1.0f;
+        const float sc = m > 0.0f ? (float)(m / qmax) : 1.0f;
         if (!(sc >= FLT_MIN)) return -1;   /* a query below 1e-31: its scale would not be a normal float */
         sq[h] = sc;
-        const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(VN_QMAX);
+        const __m512d inv = _mm512_set1_pd(1.0 / (double)sc), lim = _mm512_set1_pd(qmax);
         const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
-        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};   /* per digit */
         for (size_t j = 0; j < W; j += 16) {   /* the digits in kernel order: dg[e W + j] */
             const __m512 x = _mm512_loadu_ps(q + j);
             __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
@@ -518,24 +531,26 @@ INLINE int vn_prep(const int F, int32_t *qd, int32_t *cor, float *sq, int8_t *dg
             lo = _mm512_max_pd(_mm512_min_pd(lo, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
             hi = _mm512_max_pd(_mm512_min_pd(hi, lim), _mm512_sub_pd(_mm512_setzero_pd(), lim));
             const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
-            /* balanced digits: d2 = v mod 256 in [-128, 127], r = (v - d2) / 256 (exact), and so on */
-            const __m512i d2 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(v, c128), c255), c128);
-            const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
-            const __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
-            const __m512i d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
-            const __m512i d[3] = {d0, d1, d2};
-            for (size_t e = 0; e < 3; e++) {
+            /* balanced digits, least significant first: u = v mod 256 in [-128, 127], v <- (v - u) / 256 (exact);
+             * the last digit is what is left */
+            __m512i d[3], r = v;
+            for (int e = ND - 1; e > 0; e--) {
+                d[e] = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, c128), c255), c128);
+                r = _mm512_srai_epi32(_mm512_sub_epi32(r, d[e]), 8);
+            }
+            d[0] = r;
+            for (int e = 0; e < ND; e++) {
                 _mm_storeu_si128((__m128i *)(void *)(dg + e * W + j), _mm512_cvtepi32_epi8(d[e]));
                 sum[e] = _mm512_add_epi32(sum[e], d[e]);
             }
             if ((j + 16) % bc == 0)
-                for (size_t e = 0; e < 3; e++) {
-                    cor[(j / bc * G + h) * 3 + e] = -off * _mm512_reduce_add_epi32(sum[e]);
+                for (int e = 0; e < ND; e++) {
+                    cor[(j / bc * G + h) * (size_t)ND + (size_t)e] = -off * _mm512_reduce_add_epi32(sum[e]);
                     sum[e] = _mm512_setzero_si512();
                 }
         }
         for (size_t w = 0; w < nw; w++)
-            for (size_t e = 0; e < 3; e++) memcpy(qd + (w * G + h) * 3 + e, dg + e * W + vn_wpos(F, w), 4);
+            for (int e = 0; e < ND; e++) memcpy(qd + (w * G + h) * (size_t)ND + (size_t)e, dg + (size_t)e * W + vn_wpos(F, w), 4);
     }
     return 0;
 }
@@ -604,48 +619,54 @@ VNNI_INLINE __m512i vn_dp_bcast(__m512i acc, __m512i x, const int32_t *p)
     return acc;
 }
 
-/* The score of the exact digit sums a[0..2] (float32, see above). */
-VNNI_INLINE __m512 vn_combine(const __m512i *a)
+/* The score of the exact digit sums a[0..ND) (float32, see above; one digit: its two accumulators, added exactly). */
+VNNI_INLINE __m512 vn_combine(const int ND, const __m512i *a)
 {
+    if (ND == 1) return _mm512_cvtepi32_ps(_mm512_add_epi32(a[0], a[1]));
+    if (ND == 2) return _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[0]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(a[1]));
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a[0]), _mm512_set1_ps(65536.0f));
     v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(256.0f), v);
     return _mm512_add_ps(v, _mm512_cvtepi32_ps(a[2]));
 }
 
-/* GC heads (qd, cor, sq at the first; G3 = 3 G words per column word) over TT transposed tiles tb (W / 4 words of
- * 16 rows each) of rows t.., scores at s + i; q8_0: dsc[T][b] the 16 rows' scales of block b. */
-VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, size_t ls, const int32_t *qd,
-                          const int32_t *cor, const float *sq, size_t G3, const int32_t *tb, const __m512 *dsc,
+/* GC heads (qd, cor, sq at the first; GN = ND G words per column word) over TT transposed tiles tb (W / 4 words
+ * of 16 rows each) of rows t.., scores at s + i; q8_0: dsc[T][b] the 16 rows' scales of block b. */
+VNNI_INLINE void vn_heads(const int F, const int ND, const int GC, const int TT, float *s, size_t ls, const int32_t *qd,
+                          const int32_t *cor, const float *sq, size_t GN, const int32_t *tb, const __m512 *dsc,
                           const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, nw = W / 4, bw = is_block(F) ? 8 : nw;   /* column words per block */
+    const int NA = vn_nacc(ND);
     __m512i a[2][4][3];
     __m512 f[2][4];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_setzero_ps();
     size_t c0 = 0, blk = 0;
     do {   /* nw >= bw: at least one block */
-        UNROLL for (int T = 0; T < TT; T++)   /* the accumulators start at -128 x the digit sums */
+        UNROLL for (int T = 0; T < TT; T++)   /* the accumulators start at -off x the digit sums */
             UNROLL for (int g = 0; g < GC; g++)
-                UNROLL for (int e = 0; e < 3; e++) a[T][g][e] = _mm512_set1_epi32(cor[blk * G3 + (size_t)(g * 3 + e)]);
+                UNROLL for (int e = 0; e < NA; e++)
+                    a[T][g][e] = e < ND ? _mm512_set1_epi32(cor[blk * GN + (size_t)(g * ND + e)]) : _mm512_setzero_si512();
         for (size_t c = c0; c < c0 + bw; c += 8)
             UNROLL for (int cc = 0; cc < 8; cc++) {
                 __m512i x[2];
                 UNROLL for (int T = 0; T < TT; T++)
                     x[T] = _mm512_load_si512((const void *)(tb + ((size_t)T * nw + c + (size_t)cc) * 16));
-                const int32_t *qc = qd + (c + (size_t)cc) * G3;
+                const int32_t *qc = qd + (c + (size_t)cc) * GN;
                 UNROLL for (int g = 0; g < GC; g++)
-                    UNROLL for (int e = 0; e < 3; e++)
+                    UNROLL for (int e = 0; e < ND; e++) {
+                        const int A = ND == 1 ? cc % 2 : e;   /* one digit: even / odd column words */
                         if (TT == 1) {
-                            a[0][g][e] = vn_dp_bcast(a[0][g][e], x[0], qc + g * 3 + e);
+                            a[0][g][A] = vn_dp_bcast(a[0][g][A], x[0], qc + g * ND + e);
                         } else {   /* one broadcast for both tiles */
-                            __m512i qv = _mm512_set1_epi32(qc[g * 3 + e]);
+                            __m512i qv = _mm512_set1_epi32(qc[g * ND + e]);
                             __asm__("" : "+v"(qv));
-                            UNROLL for (int T = 0; T < TT; T++) a[T][g][e] = _mm512_dpbusd_epi32(a[T][g][e], x[T], qv);
+                            UNROLL for (int T = 0; T < TT; T++) a[T][g][A] = _mm512_dpbusd_epi32(a[T][g][A], x[T], qv);
                         }
+                    }
             }
         if (is_block(F))   /* the block's sums times its FP16 scales */
             UNROLL for (int T = 0; T < TT; T++)
-                UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_fmadd_ps(vn_combine(a[T][g]), dsc[T * 16 + (int)blk], f[T][g]);
+                UNROLL for (int g = 0; g < GC; g++) f[T][g] = _mm512_fmadd_ps(vn_combine(ND, a[T][g]), dsc[T * 16 + (int)blk], f[T][g]);
         c0 += bw, blk++;
     } while (c0 < nw);
     UNROLL for (int T = 0; T < TT; T++) {
@@ -653,7 +674,7 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
         __mmask16 mk;
         const __m512 sc = tile_scale(k, t, r0, nr, &mk);
         UNROLL for (int g = 0; g < GC; g++) {
-            __m512 v = is_block(F) ? f[T][g] : vn_combine(a[T][g]);
+            __m512 v = is_block(F) ? f[T][g] : vn_combine(ND, a[T][g]);
             v = _mm512_mul_ps(v, _mm512_set1_ps(sq[g]));
             if (k->rscale) v = _mm512_mul_ps(v, sc);
             _mm512_mask_storeu_ps(s + (size_t)g * ls + i + r0, mk, v);
@@ -664,10 +685,10 @@ VNNI_INLINE void vn_heads(const int F, const int GC, const int TT, float *s, siz
 /* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 keys for the G heads: the TT tiles transposed once (and q8_0's block
  * scales gathered once), then the heads in groups of 4, 2, 1 (12, or with two tiles 12 and 6, accumulation
  * chains: vpdpbusd's latency is 5 cycles at 2 per cycle). */
-VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const int32_t *qd, const int32_t *cor,
-                         const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
+VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size_t ls, const int32_t *qd,
+                         const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
-    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, nw = W / 4, G3 = 3 * G;
+    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, nw = W / 4, GN = (size_t)ND * G;
     const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
     int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
     __m512 dsc[2 * 16];   /* q8_0 / q4_0: W / 32 <= 16 blocks */
@@ -688,46 +709,53 @@ VNNI_INLINE void vn_tile(const int F, const int TT, float *s, size_t ls, const i
             }
         }
     }
-    size_t h = 0;
-    for (; h + 4 <= G; h += 4) vn_heads(F, 4, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+    size_t h = 0, N = (size_t)ND;
+    for (; h + 4 <= G; h += 4) vn_heads(F, ND, 4, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
     if (h + 2 <= G) {
-        vn_heads(F, 2, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+        vn_heads(F, ND, 2, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
         h += 2;
     }
-    if (h < G) vn_heads(F, 1, TT, s + h * ls, ls, qd + 3 * h, cor + 3 * h, sq + h, G3, tb, dsc, k, t, i, nr);
+    if (h < G) vn_heads(F, ND, 1, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
 }
 
-/* scr: the digit words (G W / 4 x 3 int32), the offsets (G nb x 3 int32), the scales (G floats), the digits (3 W
- * bytes). Tiles of 16 rows
- * for four or more heads, else 32. */
-VNNI_INLINE int vn_scores(const int F, float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,
-                          size_t n, float *scr)
+/* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
+ * W bytes). Three digits: tiles of 16 rows for four or more heads, else 32; fewer digits: 32 (more chains). */
+VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const float *qp, size_t G, const KRows *k,
+                          size_t t0, size_t n, float *scr)
 {
-    const size_t W = k->W, nb = is_block(F) ? W / 32 : 1;
-    int32_t *qd = (int32_t *)(void *)scr, *cor = qd + G * W / 4 * 3;
-    float *sq = (float *)(void *)(cor + G * nb * 3);
+    const size_t W = k->W, nb = is_block(F) ? W / 32 : 1, N = (size_t)ND;
+    int32_t *qd = (int32_t *)(void *)scr, *cor = qd + G * W / 4 * N;
+    float *sq = (float *)(void *)(cor + G * nb * N);
     int8_t *dg = (int8_t *)(void *)(sq + G);
-    if (vn_prep(F, qd, cor, sq, dg, qp, G, W)) return -1;
-    const size_t step = G >= 4 ? 16 : 32;   /* two tiles at four heads: measured 10-15 % slower */
+    if (vn_prep(F, ND, qd, cor, sq, dg, qp, G, W)) return -1;
+    const size_t step = ND == 3 && G >= 4 ? 16 : 32;   /* two tiles at four heads, 3 digits: measured 10-15 % slower */
     for (size_t r = 0; r < n; r += step) {
         const size_t nr = n - r < step ? n - r : step;
-        if (nr > 16) vn_tile(F, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
-        else vn_tile(F, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+        if (nr > 16) vn_tile(F, ND, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+        else vn_tile(F, ND, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
     }
     return 0;
 }
 
-/* The VNNI key slots of the four formats: vn_scores for F, compiled for AVX512_VNNI. */
-#define VN_SCORES(NAME, F)                                                                                       \
+/* The VNNI key slots of the four formats: vn_scores for F with ND digits, compiled for AVX512_VNNI. */
+#define VN_SCORES(NAME, F, ND)                                                                                   \
     __attribute__((target("avx512vnni"))) static int NAME(float *s, size_t ls, const float *qp, size_t G,      \
                                                           const KRows *k, size_t t0, size_t n, float *scr)     \
     {                                                                                                          \
-        return vn_scores(F, s, ls, qp, G, k, t0, n, scr);                                                      \
+        return vn_scores(F, ND, s, ls, qp, G, k, t0, n, scr);                                                  \
     }
-VN_SCORES(scores_int8_vnni, F_INT8)
-VN_SCORES(scores_int4_vnni, F_INT4)
-VN_SCORES(scores_q4_0_vnni, F_Q4_0)
-VN_SCORES(scores_q8_0_vnni, F_Q8_0)
+VN_SCORES(scores_int8_vnni, F_INT8, 3)
+VN_SCORES(scores_int4_vnni, F_INT4, 3)
+VN_SCORES(scores_q4_0_vnni, F_Q4_0, 3)
+VN_SCORES(scores_q8_0_vnni, F_Q8_0, 3)
+VN_SCORES(scores_int8_vnni2, F_INT8, 2)
+VN_SCORES(scores_int4_vnni2, F_INT4, 2)
+VN_SCORES(scores_q4_0_vnni2, F_Q4_0, 2)
+VN_SCORES(scores_q8_0_vnni2, F_Q8_0, 2)
+VN_SCORES(scores_int8_vnni1, F_INT8, 1)
+VN_SCORES(scores_int4_vnni1, F_INT4, 1)
+VN_SCORES(scores_q4_0_vnni1, F_Q4_0, 1)
+VN_SCORES(scores_q8_0_vnni1, F_Q8_0, 1)
 #undef VN_SCORES
 
 /* ---- values ----------------------------------------------------------------------------------------------- */
@@ -1103,6 +1131,15 @@ VN_SLOT(scores_int8, 64, 2, scores_int8_vnni, scores_int8_f32)
 VN_SLOT(scores_q8_0, 64, 2, scores_q8_0_vnni, scores_q8_0_f32)
 VN_SLOT(scores_int4_vn, 128, 2, scores_int4_vnni, scores_int4)
 VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
+/* the rounded-query sets: the fewer-digit kernels at any number of heads */
+VN_SLOT(scores_int8_r2, 64, 1, scores_int8_vnni2, scores_int8_f32)
+VN_SLOT(scores_q8_0_r2, 64, 1, scores_q8_0_vnni2, scores_q8_0_f32)
+VN_SLOT(scores_int4_r2, 128, 1, scores_int4_vnni2, scores_int4)
+VN_SLOT(scores_q4_0_r2, 128, 1, scores_q4_0_vnni2, scores_q4_0_f32)
+VN_SLOT(scores_int8_r1, 64, 1, scores_int8_vnni1, scores_int8_f32)
+VN_SLOT(scores_q8_0_r1, 64, 1, scores_q8_0_vnni1, scores_q8_0_f32)
+VN_SLOT(scores_int4_r1, 128, 1, scores_int4_vnni1, scores_int4)
+VN_SLOT(scores_q4_0_r1, 128, 1, scores_q4_0_vnni1, scores_q4_0_f32)
 #undef VN_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0)
@@ -1120,7 +1157,7 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
     }
 }
 
-static KernelSet kernels_avx512, kernels_avx512_vnni;
+static KernelSet kernels_avx512, kernels_avx512_vnni, kernels_avx512_r2, kernels_avx512_r1;
 
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
  * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
@@ -1158,9 +1195,29 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         kernels_avx512_vnni.scores[STORE_Q8_0] = scores_q8_0;
         kernels_avx512_vnni.scores[STORE_INT4] = scores_int4_vn;
         kernels_avx512_vnni.scores[STORE_Q4_0] = scores_q4_0_vn;
+        kernels_avx512_r2 = kernels_avx512_vnni;
+        kernels_avx512_r2.name = "avx512-int16q";
+        kernels_avx512_r2.scores[STORE_INT8] = scores_int8_r2;
+        kernels_avx512_r2.scores[STORE_Q8_0] = scores_q8_0_r2;
+        kernels_avx512_r2.scores[STORE_INT4] = scores_int4_r2;
+        kernels_avx512_r2.scores[STORE_Q4_0] = scores_q4_0_r2;
+        kernels_avx512_r1 = kernels_avx512_vnni;
+        kernels_avx512_r1.name = "avx512-int8q";
+        kernels_avx512_r1.scores[STORE_INT8] = scores_int8_r1;
+        kernels_avx512_r1.scores[STORE_Q8_0] = scores_q8_0_r1;
+        kernels_avx512_r1.scores[STORE_INT4] = scores_int4_r1;
+        kernels_avx512_r1.scores[STORE_Q4_0] = scores_q4_0_r1;
         ready = 1;
     }
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
+}
+
+__attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
+{
+    if ((digits != 1 && digits != 2) || !decode_kernels_avx512(1) ||
+        !(decode_cpu_features() & DECODE_CPU_AVX512VNNI))
+        return NULL;
+    return digits == 1 ? &kernels_avx512_r1 : &kernels_avx512_r2;
 }
 
 #else
@@ -1168,6 +1225,11 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
 const KernelSet *decode_kernels_avx512(int vnni)
 {
     (void)vnni;
+    return NULL;
+}
+const KernelSet *decode_kernels_avx512_rounded(int digits)
+{
+    (void)digits;
     return NULL;
 }
 #endif
