@@ -13,7 +13,7 @@ bad() { echo "FAIL $1: $2"; fail=1; }
     --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/csv" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ]; then ok bench-smoke-exit-0; else bad bench-smoke-exit-0 "exit $rc: $(head -c 300 "$tmp/err")"; fi
-head -n 1 "$tmp/csv" | grep -q '^format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical$' \
+head -n 1 "$tmp/csv" | grep -q '^format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical,query$' \
     && ok bench-csv-header || bad bench-csv-header "$(head -n 1 "$tmp/csv")"
 rows=$(tail -n +2 "$tmp/csv" | wc -l)
 [ "$rows" -eq 24 ] && ok bench-csv-24-rows || bad bench-csv-24-rows "got $rows rows (6 formats x 2 q-heads x 2 thread counts)"
@@ -55,6 +55,27 @@ bytes=$(tail -n +2 "$tmp/ggml" | awk -F, '$9 == 1 && $6 == 1 {printf "%s=%s ", $
 [ $rc -eq 0 ] && [ "$rows" -eq 20 ] && [ "$nok" -eq 0 ] && [ "$bytes" = "q4_1=16000 q5_0=17600 q5_1=19200 iq4_nl=14400 lr32:q5_1/iq4_nl=16096 " ] \
     && ok bench-ggml-block-types || bad bench-ggml-block-types "exit $rc, $rows rows (want 20), $nok not ok, bytes $bytes: $(head -c 200 "$tmp/err")"
 
+# --query: the rounded-query rows next to the f32 ones; where the VNNI kernels are missing, a usage error
+"$KVC" bench --tokens 3000 --kv-heads 2 --q-heads 2,8 --head-dim 128 --formats int8,q4_0 --query f32,int16,int8 \
+    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/q" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ]; then
+    # per row: query, rel_err, ok, threads identical, naive_ms; f32 within 1e-5 with a naive time, int16 in
+    # (1e-6, 1e-4), int8 in (1e-4, 3e-2), both without one; 2 formats x 2 q-heads x 3 modes x 2 threads
+    summary=$(tail -n +2 "$tmp/q" | awk -F, '
+        { n++ }
+        $26 == "f32" && $22 < 1e-5 && $24 == "yes" && $20 != "" { f++ }
+        $26 == "int16" && $22 > 1e-6 && $22 < 1e-4 && $24 == "no" && $20 == "" { a++ }
+        $26 == "int8" && $22 > 1e-4 && $22 < 3e-2 && $24 == "no" && $20 == "" { b++ }
+        $25 == "yes" { same++ }
+        END { printf "%d %d %d %d %d", n, f, a, b, same }')
+    [ "$summary" = "24 8 8 8 24" ] && ok bench-query-rows \
+        || bad bench-query-rows "rows, f32 ok, int16 ok, int8 ok, threads identical: $summary (want 24 8 8 8 24)"
+else
+    grep -q "^kvc: bench: --query int16: needs the AVX512_VNNI kernels" "$tmp/err" && [ $rc -eq 2 ] \
+        && ok bench-query-needs-vnni || bad bench-query-needs-vnni "exit $rc: $(head -c 300 "$tmp/err")"
+fi
+
 expect_usage() {  # expect_usage NAME PATTERN ARGS...
     name=$1; pat=$2; shift 2
     "$KVC" bench "$@" >"$tmp/out" 2>"$tmp/err"
@@ -74,6 +95,12 @@ expect_usage bench-rejects-unknown-option "unknown option" --fast
 expect_usage bench-rejects-bad-threads "--threads" --threads 1,x
 expect_usage bench-rejects-rank-over-dim "rank must be at most" --head-dim 64 --formats lr80/f16
 expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1024
+expect_usage bench-rejects-unknown-query "must be f32, int16 or int8" --query int4
+expect_usage bench-rejects-twice-query "listed twice" --query int8,f32,int8
+expect_usage bench-rejects-query-on-f16 "rounds the query only for int8, int4, q8_0 and q4_0 keys.*got f16" \
+    --query f32,int8 --formats int8,f16
+expect_usage bench-rejects-query-on-kivi "got kivi4" --query int16 --formats kivi4
+"$KVC" bench --help | grep -q -- "--query LIST" && ok bench-help-query || bad bench-help-query "no --query in --help"
 # tests/bench_kernels (make bench's per-row kernel times): at 16 MiB a row per format and G, every time positive
 BK=${KVC_TESTBIN:-build/tests}/bench_kernels
 if [ -x "$BK" ]; then

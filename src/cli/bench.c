@@ -16,7 +16,7 @@
 const char cmd_bench_usage[] =
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"
     "                 [--formats LIST] [--threads LIST] [--repeat N] [--naive-repeat N] [--bw-mib N]\n"
-    "                 [--seed N] [--format table|csv|json|jsonl] [--csv-file PATH]\n"
+    "                 [--query LIST] [--seed N] [--format table|csv|json|jsonl] [--csv-file PATH]\n"
     "\n"
     "Times one decode step (every query head attends over T cached tokens) per cache format, with kvc's\n"
     "fused kernels reading the stored format directly, against the memory-bandwidth floor measured in the\n"
@@ -40,6 +40,11 @@ const char cmd_bench_usage[] =
     "  --repeat N        timed steps per measurement after one warm-up (default 10)\n"
     "  --naive-repeat N  timed naive steps (default 3; 0 skips the naive path)\n"
     "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache))\n"
+    "  --query LIST      how the fused step takes the query; comma list of f32 (default: float32, within\n"
+    "                    the 1e-5 rule), int16 and int8 (rounded per head to 16 or 8 bits for int8,\n"
+    "                    int4, q8_0 and q4_0 keys, as ggml rounds it to q8_0: faster, and less\n"
+    "                    accurate: compare rel_err). The rounded modes need AVX512_VNNI and formats\n"
+    "                    whose keys are int8, int8ch, int4, int4ch, q8_0 or q4_0; no naive path\n"
     "  --seed N          generator seed (default 0)\n"
     "  --format FORMAT   table (default; machine description at the top), csv, json (one object: the\n"
     "                    provenance, the bandwidth, the rows) or jsonl (one row per line); JSON rows add\n"
@@ -55,7 +60,7 @@ const char cmd_bench_usage[] =
 
 enum {
     BENCH_TOKENS, BENCH_LAYERS, BENCH_KV_HEADS, BENCH_Q_HEADS, BENCH_HEAD_DIM, BENCH_FORMATS, BENCH_THREADS,
-    BENCH_REPEAT, BENCH_NAIVE_REPEAT, BENCH_BW_MIB, BENCH_SEED, BENCH_FORMAT, BENCH_CSV_FILE
+    BENCH_REPEAT, BENCH_NAIVE_REPEAT, BENCH_BW_MIB, BENCH_SEED, BENCH_FORMAT, BENCH_CSV_FILE, BENCH_QUERY
 };
 const OptSpec cmd_bench_opts[] = {
     [BENCH_TOKENS] = {"--tokens", NULL, 1},
@@ -71,6 +76,7 @@ const OptSpec cmd_bench_opts[] = {
     [BENCH_SEED] = {"--seed", NULL, 1},
     [BENCH_FORMAT] = {"--format", NULL, 1},
     [BENCH_CSV_FILE] = {"--csv-file", NULL, 1},
+    [BENCH_QUERY] = {"--query", NULL, 1},
     {NULL, NULL, 0},
 };
 
@@ -87,12 +93,35 @@ typedef struct Args {
     BenchPlan plan;
     size_t hq[MAX_LIST];
     int threads[MAX_LIST];
+    BenchQuery query[3];
     BenchFormat *formats;
     int format;                 /* BENCH_OUT_TABLE .. BENCH_OUT_JSONL */
     const char *csv_file;
 } Args;
 
 enum { BENCH_OUT_TABLE, BENCH_OUT_CSV, BENCH_OUT_JSON, BENCH_OUT_JSONL };
+
+/* --query: a comma list of f32, int16, int8, each at most once. */
+static int parse_query(Args *a, const char *s, const char *where)
+{
+    char *buf = xstrdup(s), *items[4];
+    size_t n = 0;
+    int rc = opt_split(buf, where, items, 4, &n);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        BenchQuery q = BENCH_QUERY_F32;
+        if (!strcmp(items[k], "int16")) q = BENCH_QUERY_INT16;
+        else if (!strcmp(items[k], "int8")) q = BENCH_QUERY_INT8;
+        else if (strcmp(items[k], "f32")) rc = kvc_fail("%s: must be f32, int16 or int8 (got \"%s\")", where, items[k]);
+        for (size_t j = 0; rc == 0 && j < k; j++)
+            if (a->query[j] == q) rc = kvc_fail("%s: %s is listed twice (got \"%s\")", where, items[k], s);
+        if (rc == 0) a->query[k] = q;
+    }
+    if (rc == 0 && n > 3) rc = kvc_fail("%s: at most three modes (got \"%s\")", where, s);
+    a->plan.query = a->query;
+    a->plan.n_query = n;
+    free(buf);
+    return rc;
+}
 
 /* --formats: a comma list of bench_format_parse names. */
 static int parse_formats(Args *a, const char *s)
@@ -172,6 +201,9 @@ static int parse_args(Args *a, int argc, char **argv)
         case BENCH_SEED:
             if (opt_uint(v, w, 0, UINT64_MAX, &o->seed)) return -1;
             break;
+        case BENCH_QUERY:
+            if (parse_query(a, v, w)) return -1;
+            break;
         case BENCH_CSV_FILE:
             if (!*v) return kvc_fail("bench: --csv-file: empty path (got \"\")");
             a->csv_file = v;
@@ -203,6 +235,20 @@ static int parse_args(Args *a, int argc, char **argv)
         if (store_check(a->formats[k].k, o->T, o->D, "bench: --formats") ||
             store_check(a->formats[k].v, o->T, o->D, "bench: --formats"))
             return -1;
+    for (size_t m = 0; m < o->n_query; m++) {   /* the rounded modes: where they change something, and can run */
+        if (o->query[m] == BENCH_QUERY_F32) continue;
+        for (size_t k = 0; k < o->n_formats; k++) {
+            const BenchFormat *f = &a->formats[k];
+            StoreType t = f->k.type;
+            if (f->resid || f->k.rank || (t != STORE_INT8 && t != STORE_INT4 && t != STORE_Q8_0 && t != STORE_Q4_0))
+                return kvc_fail("bench: --query %s: rounds the query only for int8, int4, q8_0 and q4_0 keys; drop "
+                                "the other formats from --formats (got %s)", bench_query_name(o->query[m]), f->name);
+        }
+        if (!decode_vnni())
+            return kvc_fail("bench: --query %s: needs the AVX512_VNNI kernels (got this machine's fused kernels: %s%s)",
+                            bench_query_name(o->query[m]), decode_isa(),
+                            !strcmp(decode_isa(), "avx512") ? " without VNNI" : "");
+    }
     return 0;
 }
 
@@ -210,7 +256,7 @@ static int parse_args(Args *a, int argc, char **argv)
 
 static const char *const csv_header =
     "format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,"
-    "gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical";
+    "gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical,query";
 
 static void print_csv_row(FILE *f, const BenchPlan *o, const BenchResult *r)
 {
@@ -223,12 +269,13 @@ static void print_csv_row(FILE *f, const BenchPlan *o, const BenchResult *r)
             100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max, r->keys.med * 1e3);
     if (r->has_naive) fprintf(f, "%.3f,%.2f,", r->naive.med * 1e3, r->naive.med / r->fused.med);
     else fprintf(f, ",,");
-    fprintf(f, "%.3g,%g,%s,%s\n", r->rel, DECODE_TOL, r->rel < DECODE_TOL ? "yes" : "no", r->same_threads ? "yes" : "no");
+    fprintf(f, "%.3g,%g,%s,%s,%s\n", r->rel, DECODE_TOL, r->rel < DECODE_TOL ? "yes" : "no", r->same_threads ? "yes" : "no",
+            bench_query_name(r->query));
 }
 
 static void print_table(const BenchResult *res, size_t n)
 {
-    printf("%-14s %4s %3s %9s %9s %9s %9s %7s %6s %6s %8s %9s %7s %9s %3s %4s\n", "format", "qh", "thr", "MB", "ms",
+    printf("%-14s %4s %5s %3s %9s %9s %9s %9s %7s %6s %6s %8s %9s %7s %9s %3s %4s\n", "format", "qh", "query", "thr", "MB", "ms",
            "ms_min", "ms_max", "GB/s", "%bw", "%best", "k_ms", "naive_ms", "naive_x", "rel_err", "ok", "outl");
     for (size_t i = 0; i < n; i++) {
         const BenchResult *r = &res[i];
@@ -238,8 +285,8 @@ static void print_table(const BenchResult *res, size_t n)
             snprintf(naive, sizeof naive, "%.2f", r->naive.med * 1e3);
             snprintf(nx, sizeof nx, "%.1f", r->naive.med / r->fused.med);
         }
-        printf("%-14s %4zu %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %5.1f%% %8.3f %9s %7s %9.2e %3s %4d\n",
-               r->format->name, r->hq, r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3,
+        printf("%-14s %4zu %5s %3d %9.2f %9.3f %9.3f %9.3f %7.2f %5.1f%% %5.1f%% %8.3f %9s %7s %9.2e %3s %4d\n",
+               r->format->name, r->hq, bench_query_name(r->query), r->threads, (double)r->bytes / 1e6, r->fused.med * 1e3, r->fused.min * 1e3,
                r->fused.max * 1e3, gbps, 100.0 * gbps / r->bw, 100.0 * (double)r->bytes / r->fused.min / 1e9 / r->bw_max,
                r->keys.med * 1e3, naive, nx, r->rel, r->rel < DECODE_TOL ? "yes" : "NO", r->fused.outliers);
     }
@@ -260,8 +307,8 @@ static void print_outliers(FILE *f, const BenchResult *res, size_t n, int repeat
     fprintf(f, "\n# outliers (outl: timed steps with 0.6745 |t - median| / MAD > %g, of %d):\n", BENCH_OUTLIER_Z, repeat);
     for (size_t i = 0; i < n; i++)
         if (res[i].fused.outliers)
-            fprintf(f, "#   %s, %zu query heads, %d thread%s: %d (median %.3f ms, MAD %.4f ms, max %.3f ms)\n",
-                    res[i].format->name, res[i].hq, res[i].threads, res[i].threads > 1 ? "s" : "", res[i].fused.outliers,
+            fprintf(f, "#   %s, %zu query heads, %s query, %d thread%s: %d (median %.3f ms, MAD %.4f ms, max %.3f ms)\n",
+                    res[i].format->name, res[i].hq, bench_query_name(res[i].query), res[i].threads, res[i].threads > 1 ? "s" : "", res[i].fused.outliers,
                     res[i].fused.med * 1e3, res[i].fused.mad * 1e3, res[i].fused.max * 1e3);
     fprintf(f, "# rerun on a quieter machine or with a larger --repeat\n");
 }
@@ -306,6 +353,7 @@ static cJSON *row_json(const BenchPlan *o, const BenchResult *r)
     cJSON_AddNumberToObject(j, "tol", DECODE_TOL);
     cJSON_AddBoolToObject(j, "ok", r->rel < DECODE_TOL);
     cJSON_AddBoolToObject(j, "threads_identical", r->same_threads);
+    cJSON_AddStringToObject(j, "query", bench_query_name(r->query));
     return j;
 }
 
@@ -326,6 +374,9 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON_AddNumberToObject(p, "repeat", o->repeat);
     cJSON_AddNumberToObject(p, "naive_repeat", o->naive_repeat);
     cJSON_AddNumberToObject(p, "bw_mib", (double)o->bw_mib);
+    cJSON *qa = cJSON_AddArrayToObject(p, "query");
+    for (size_t k = 0; k < (o->n_query ? o->n_query : 1); k++)
+        cJSON_AddItemToArray(qa, cJSON_CreateString(bench_query_name(o->n_query ? o->query[k] : BENCH_QUERY_F32)));
     if (o->seed <= (1ULL << 53)) {
         cJSON_AddNumberToObject(p, "seed", (double)o->seed);
     } else {   /* beyond exact doubles: the decimal string */
@@ -385,7 +436,7 @@ int cmd_bench(int argc, char **argv)
         free(a.formats);
         return EXIT_RUNTIME;
     }
-    size_t n_res = o->n_formats * o->n_hq * o->n_threads;
+    size_t n_res = o->n_formats * o->n_hq * (o->n_query ? o->n_query : 1) * o->n_threads;
     BenchResult *res = xcalloc(n_res, sizeof *res);
     double bw_med[MAX_LIST], bw_max[MAX_LIST];
     int rc = EXIT_OK;

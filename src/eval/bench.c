@@ -241,6 +241,11 @@ static void reference(double *ref, const DecodeCache *c, const float *q, size_t 
     free(Kd), free(Vd), free(w), free(qd);
 }
 
+const char *bench_query_name(BenchQuery q)
+{
+    return q == BENCH_QUERY_INT8 ? "int8" : q == BENCH_QUERY_INT16 ? "int16" : "f32";
+}
+
 static double rel_error(const float *a, const double *b, size_t n)
 {
     double num = 0, den = 0;
@@ -280,13 +285,19 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
     }
     DecodeCache dc = {.L = p->L, .Hkv = p->Hkv, .T = Tm, .D = p->D, .K = K, .V = V, .Tr = Tr, .Kr = Kr, .Vr = Vr};
     int rc = 0;
+    static const BenchQuery f32_only = BENCH_QUERY_F32;
+    const BenchQuery *qm = p->n_query ? p->query : &f32_only;
+    size_t nq = p->n_query ? p->n_query : 1;
     for (size_t h = 0; h < p->n_hq && !rc; h++) {
         size_t n_out = p->L * p->hq[h] * p->D;
         reference(ref, &dc, q, p->hq[h]);
-        for (size_t k = 0; k < p->n_threads && !rc; k++) {
+        for (size_t mk = 0; mk < nq * p->n_threads && !rc; mk++) {   /* query modes, then thread counts */
+            size_t m = mk / p->n_threads, k = mk % p->n_threads;
             BenchResult *re = &res[*nr];
-            re->format = fm, re->hq = p->hq[h], re->threads = p->threads[k], re->bytes = bytes;
-            Decoder *d = decoder_create(&dc, p->hq[h], p->threads[k], DECODE_FUSED);
+            re->format = fm, re->hq = p->hq[h], re->query = qm[m], re->threads = p->threads[k], re->bytes = bytes;
+            DecodeImpl impl = qm[m] == BENCH_QUERY_INT8 ? DECODE_FUSED_INT8Q
+                              : qm[m] == BENCH_QUERY_INT16 ? DECODE_FUSED_INT16Q : DECODE_FUSED;
+            Decoder *d = decoder_create(&dc, p->hq[h], p->threads[k], impl);
             if (!d) {
                 rc = -1;
                 break;
@@ -297,7 +308,7 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
             re->rel = rel_error(out, ref, n_out);
             if (k == 0) memcpy(first, out, n_out * sizeof *out);
             re->same_threads = memcmp(first, out, n_out * sizeof *out) == 0;
-            if (p->naive_repeat > 0) {
+            if (p->naive_repeat > 0 && qm[m] == BENCH_QUERY_F32) {
                 Decoder *dn = decoder_create(&dc, p->hq[h], p->threads[k], DECODE_NAIVE);
                 if (!dn) {
                     rc = -1;

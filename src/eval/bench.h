@@ -38,6 +38,11 @@ int bench_format_parse(BenchFormat *f, const char *s, const char *where);
  * T <= the residual). */
 void bench_format_names(char *kf, char *vf, size_t cap, const BenchFormat *f, size_t T);
 
+/* How the fused step takes the query (decode.h's DECODE_FUSED, _INT16Q, _INT8Q): f32, the default (within
+ * DECODE_TOL), or rounded to int16 / int8 for int8, q8_0, int4 and q4_0 keys (faster, less accurate). */
+typedef enum BenchQuery { BENCH_QUERY_F32, BENCH_QUERY_INT16, BENCH_QUERY_INT8 } BenchQuery;
+const char *bench_query_name(BenchQuery q);   /* "f32", "int16", "int8" */
+
 typedef struct BenchPlan {
     size_t T, L, Hkv, D;          /* L * Hkv * T * D <= 2^31 */
     const size_t *hq;             /* query head counts, each a positive multiple of Hkv */
@@ -46,6 +51,8 @@ typedef struct BenchPlan {
     size_t n_threads;
     const BenchFormat *formats;   /* each passes store_check at (T, D) */
     size_t n_formats;
+    const BenchQuery *query;      /* query modes; n_query == 0: f32 only. Rounded modes need decode_vnni() */
+    size_t n_query;
     int repeat;                   /* timed steps per measurement after one warm-up, >= 1 */
     int naive_repeat;             /* timed naive steps; 0 skips the naive path */
     size_t bw_mib;                /* bandwidth probe buffer in MiB */
@@ -65,6 +72,7 @@ typedef struct BenchStat {
 typedef struct BenchResult {
     const BenchFormat *format;
     size_t hq;
+    BenchQuery query;
     int threads;
     uint64_t bytes;               /* the stored cache */
     BenchStat fused, keys, naive; /* the fused step, its key side alone, the naive path (when has_naive) */
@@ -74,7 +82,8 @@ typedef struct BenchResult {
     int same_threads;             /* output identical to the first thread count's */
 } BenchResult;
 
-/* Runs the plan: res[0 .. n_formats x n_hq x n_threads) in that order (threads fastest), bw_med[k] and bw_max[k]
+/* Runs the plan: res[0 .. n_formats x n_hq x max(n_query, 1) x n_threads) in that order (threads fastest; the
+ * naive path only for f32 rows), bw_med[k] and bw_max[k]
  * the bandwidth at threads[k] (GB/s). Progress lines ("kvc bench: ...") go to `progress` unless NULL. Returns 0,
  * or -1 with kvc_fail set (threads that cannot start); res is then incomplete. */
 int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan *plan, FILE *progress);
