@@ -39,7 +39,9 @@
  * unit converted once per group of heads.
  * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too) as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
- * with AVX-512 VNNI" below).
+ * with AVX-512 VNNI" below). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
+ * default): the same key kernels with the query in two or one digits, at any number of heads ("rounded-query
+ * sets" below).
  * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
  * sum grouped by 16 lanes.
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
