@@ -17,7 +17,9 @@
 # fetch and the build are skipped when already there), REPEAT (timed steps per measurement, default 10),
 # ROUNDS (default 3), OUT (default results/bench-llamacpp.txt), JOBS (build jobs, default 2), SHAPE (the
 # fa_bench/kvc bench shape options; default the issue's; with --q-heads 32, G = 4), EXTRA (llama.cpp's other KV
-# types, one run each; empty: none).
+# types, one run each; empty: none), EVICT (MiB read, untimed, before every timed step of both programs, so that
+# neither finds its cache in the last-level cache; default: the last-level cache's size as kvc bench takes it,
+# at least 32; 0: steps back to back, as before 2026-12-02).
 set -eu
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${KVC_LLAMACPP_DIR:-${TMPDIR:-/tmp}/kvc-llamacpp}
@@ -31,6 +33,10 @@ FORMATS=f16,q8_0,q4_0
 EXTRA=${EXTRA-q4_1,q5_0,q5_1,iq4_nl,bf16}
 QH=$(echo "$SHAPE" | sed -n 's/.*--q-heads \([0-9][0-9]*\).*/\1/p'); QH=${QH:-8}   # kvc bench's rows name it
 mkdir -p "$WORK"
+if [ -z "${EVICT:-}" ]; then   # cpu0's largest cache in MiB (sysfs sizes such as 491520K), at least 32
+    EVICT=$(cat /sys/devices/system/cpu/cpu0/cache/index*/size 2>/dev/null |
+        awk '{ v = $1 + 0; if ($1 ~ /M$/) v *= 1024; if (v > m) m = v } END { m = int((m + 1023) / 1024); print (m > 32) ? m : 32 }')
+fi
 
 # 1. source
 if [ ! -d "$WORK/llama.cpp/.git" ]; then
@@ -59,39 +65,40 @@ $CC -O2 -std=c11 -Wall -Wextra -I"$WORK/llama.cpp/ggml/include" "$REPO/scripts/l
 # 4. kvc, then the runs: per round llama.cpp (llama's token-major KV cache), kvc, llama.cpp (head-major)
 [ -x "$REPO/kvc" ] || make -C "$REPO" -j "$JOBS" kvc >/dev/null
 RAW="$WORK/raw"; rm -rf "$RAW"; mkdir -p "$RAW"
-LLAMA_CMD="fa_bench $SHAPE --types $FORMATS --threads 1,2 --repeat $REPEAT"
-KVC_CMD="kvc bench $SHAPE --threads 1,2 --formats $FORMATS --repeat $REPEAT --naive-repeat 0"
+LLAMA_CMD="fa_bench $SHAPE --types $FORMATS --threads 1,2 --repeat $REPEAT --evict-mib $EVICT"
+KVC_CMD="kvc bench $SHAPE --threads 1,2 --formats $FORMATS --repeat $REPEAT --evict-mib $EVICT --naive-repeat 0"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     CHECK=; [ "$r" -gt 1 ] && CHECK=--no-check   # the accuracy check (a few seconds per type) runs once
     echo "round $r/$ROUNDS: llama.cpp, token-major cache" >&2
     # shellcheck disable=SC2086
-    "$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" $CHECK > "$RAW/llama.$r"
+    "$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --evict-mib "$EVICT" $CHECK > "$RAW/llama.$r"
     echo "round $r/$ROUNDS: kvc" >&2
     # shellcheck disable=SC2086
-    "$REPO/kvc" bench $SHAPE --threads 1,2 --formats $FORMATS --repeat "$REPEAT" --naive-repeat 0 > "$RAW/kvc.$r" 2>/dev/null
+    "$REPO/kvc" bench $SHAPE --threads 1,2 --formats $FORMATS --repeat "$REPEAT" --evict-mib "$EVICT" --naive-repeat 0 > "$RAW/kvc.$r" 2>/dev/null
     echo "round $r/$ROUNDS: llama.cpp, head-major" >&2
     # shellcheck disable=SC2086
-    "$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --layout heads $CHECK > "$RAW/heads.$r"
+    "$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --evict-mib "$EVICT" --layout heads $CHECK > "$RAW/heads.$r"
     r=$((r + 1))
 done
 echo "extra: llama.cpp's other KV types; the token-major cache in transparent huge pages" >&2
 # shellcheck disable=SC2086
 if [ -n "$EXTRA" ]; then   # EXTRA= (empty) leaves them out
     # shellcheck disable=SC2086
-    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" > "$RAW/extra.cache"
+    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" --evict-mib "$EVICT" > "$RAW/extra.cache"
     # shellcheck disable=SC2086
-    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" --layout heads --no-check > "$RAW/extra.heads"
+    "$WORK/fa_bench" $SHAPE --types $EXTRA --threads 1,2 --repeat "$REPEAT" --evict-mib "$EVICT" --layout heads --no-check > "$RAW/extra.heads"
 else
     : > "$RAW/extra.cache"; : > "$RAW/extra.heads"
 fi
 # shellcheck disable=SC2086
-"$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --thp --no-check > "$RAW/thp"
+"$WORK/fa_bench" $SHAPE --types $FORMATS --threads 1,2 --repeat "$REPEAT" --evict-mib "$EVICT" --thp --no-check > "$RAW/thp"
 
 # 5. report
 med() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 # ms column of rows (format $1, threads $2) in files $3... (fa_bench: type thr MB ms; kvc: format qh thr MB ms)
-col() { f=$1; t=$2; shift 2; for x in "$@"; do awk -v f="$f" -v t="$t" -v qh="$QH" '$1 == f && (($2 == t && $3 ~ /\./) ? 1 : ($2 == qh && $3 == t)) { print ($3 ~ /\./) ? $4 : $5 }' "$x"; done; }
+# (kvc bench's table: format qh query thr MB ms; its f32 rows)
+col() { f=$1; t=$2; shift 2; for x in "$@"; do awk -v f="$f" -v t="$t" -v qh="$QH" '$1 == f && (($2 == t && $3 ~ /\./) ? 1 : ($2 == qh && $3 == "f32" && $4 == t)) { print ($3 ~ /\./) ? $4 : $6 }' "$x"; done; }
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 ISA=$(grep -m1 -o -w -E 'avx2|fma|f16c|avx512f|avx512bw|avx512_bf16|avxvnni' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')
 CCLINE=$( (cd "$WORK/build" && ninja -t commands ggml-cpu 2>/dev/null | grep -m1 'ops.cpp') | tr ' ' '\n' | grep -E '^-(O|m|f)' | sort -u | tr '\n' ' ')
@@ -111,6 +118,12 @@ CCLINE=$( (cd "$WORK/build" && ninja -t commands ggml-cpu 2>/dev/null | grep -m1
     echo "#   so a head's rows are strided; head-major: each head's T rows contiguous (tests/test-backend-ops.cpp)."
     echo "# ms = median of $REPEAT timed steps after a warm-up, per round; the table shows the median over rounds"
     echo "# and each round's median; x = llama.cpp ms / kvc ms (above 1: kvc faster). Other jobs share this machine: noisy."
+    if [ "$EVICT" -gt 0 ]; then
+        echo "# steps: each timed step of both programs after an untimed read of $EVICT MiB of other memory (EVICT), so that"
+        echo "# neither reads its cache from the last-level cache (a model's decode returns to a layer's cache after the others')"
+    else
+        echo "# steps: back to back (EVICT=0): a cache that fits the last-level cache is partly read from it"
+    fi
     echo "# For reference, issue 5 quotes llama.cpp's CPU flash-attention decode, 1 thread, on another (38 GB/s) machine:"
     echo "# f16 9.65 ms, q8_0 13.8 ms, q4_0 32.5 ms."
     echo
@@ -152,7 +165,7 @@ CCLINE=$( (cd "$WORK/build" && ninja -t commands ggml-cpu 2>/dev/null | grep -m1
         echo; echo "## raw, round $r: $LLAMA_CMD --layout heads"; cat "$RAW/heads.$r"
         r=$((r + 1))
     done
-    echo; echo "## raw, other KV types: fa_bench $SHAPE --types $EXTRA --threads 1,2 --repeat $REPEAT"; cat "$RAW/extra.cache"
+    echo; echo "## raw, other KV types: fa_bench $SHAPE --types $EXTRA --threads 1,2 --repeat $REPEAT --evict-mib $EVICT"; cat "$RAW/extra.cache"
     echo; echo "## raw, other KV types: ... --layout heads --no-check"; cat "$RAW/extra.heads"
     echo; echo "## raw, token-major cache in transparent huge pages (is it the TLB?): $LLAMA_CMD --thp --no-check"; cat "$RAW/thp"
 } > "$OUT"

@@ -55,6 +55,20 @@ bytes=$(tail -n +2 "$tmp/ggml" | awk -F, '$9 == 1 && $6 == 1 {printf "%s=%s ", $
 [ $rc -eq 0 ] && [ "$rows" -eq 20 ] && [ "$nok" -eq 0 ] && [ "$bytes" = "q4_1=16000 q5_0=17600 q5_1=19200 iq4_nl=14400 lr32:q5_1/iq4_nl=16096 " ] \
     && ok bench-ggml-block-types || bad bench-ggml-block-types "exit $rc, $rows rows (want 20), $nok not ok, bytes $bytes: $(head -c 200 "$tmp/err")"
 
+# --evict-mib: the table says how steps were run; the JSON plan records it; 0 runs them back to back
+"$KVC" bench --tokens 256 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 2 --naive-repeat 0 \
+    --bw-mib 4 --evict-mib 3 >"$tmp/ev" 2>"$tmp/err" \
+    && grep -q "^# steps: *each timed step after an untimed read of 3 MiB" "$tmp/ev" \
+    && "$KVC" bench --tokens 256 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 2 --naive-repeat 0 \
+        --bw-mib 4 --evict-mib 0 >"$tmp/ev0" 2>"$tmp/err" && grep -q "^# steps: *back to back" "$tmp/ev0" \
+    && "$KVC" bench --tokens 256 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 2 --naive-repeat 0 \
+        --bw-mib 4 --evict-mib 5 --format json 2>"$tmp/err" | grep -q '"evict_mib":[[:space:]]*5' \
+    && ok bench-evict-mib || bad bench-evict-mib "$(grep '^# steps' "$tmp/ev" "$tmp/ev0"; head -c 300 "$tmp/err")"
+# the default: at least 32 MiB (the last-level cache's size)
+"$KVC" bench --tokens 256 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
+    2>/dev/null | awk '/^# steps:/ { n = $8 } END { exit !(n >= 32) }' && ok bench-evict-default \
+    || bad bench-evict-default "$("$KVC" bench --tokens 256 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 2>&1 | grep steps)"
+
 # --query: the rounded-query rows next to the f32 ones; where the VNNI kernels are missing, a usage error
 "$KVC" bench --tokens 3000 --kv-heads 2 --q-heads 2,8 --head-dim 128 --formats int8,q4_0 --query f32,int16,int8 \
     --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/q" 2>"$tmp/err"
@@ -96,6 +110,8 @@ expect_usage bench-rejects-bad-threads "--threads" --threads 1,x
 expect_usage bench-rejects-rank-over-dim "rank must be at most" --head-dim 64 --formats lr80/f16
 expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1024
 expect_usage bench-rejects-unknown-query "must be f32, int16 or int8" --query int4
+expect_usage bench-rejects-bad-evict "--evict-mib" --evict-mib -1
+expect_usage bench-rejects-huge-evict "--evict-mib" --evict-mib 65537
 expect_usage bench-rejects-twice-query "listed twice" --query int8,f32,int8
 expect_usage bench-rejects-query-on-f16 "rounds the query only for int8, int4, q8_0 and q4_0 keys.*got f16" \
     --query f32,int8 --formats int8,f16

@@ -15,7 +15,9 @@
  * Not timed (outside the attention op in llama.cpp too): projections, RoPE, the KV write, and the
  * Hadamard rotation llama.cpp applies to q and the output when the cache is quantized.
  * Data: K, V, q ~ N(0, 1), K/V stored with ggml_quantize_chunk (ggml's reference quantizers).
- * Timing: one warm-up, then --repeat ggml_graph_compute calls on a ggml threadpool of N threads.
+ * Timing: one warm-up, then --repeat ggml_graph_compute calls on a ggml threadpool of N threads; with
+ * --evict-mib N, each timed call after an untimed read of N MiB of other memory (as kvc bench --evict-mib), so
+ * that the cache is read from memory and not from the last-level cache.
  */
 #define _GNU_SOURCE /* clock_gettime, posix_memalign, madvise(MADV_HUGEPAGE) */
 #include "ggml.h"
@@ -123,9 +125,18 @@ static int parse_list(const char *s, char items[][16], int max) {
     return n;
 }
 
+/* the eviction read: N MiB of other memory, its XOR kept so that the loads stay */
+static volatile uint64_t evict_sink;
+static void evict(const uint64_t *b, size_t n) {
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) a0 ^= b[i], a1 ^= b[i + 1], a2 ^= b[i + 2], a3 ^= b[i + 3];
+    evict_sink += a0 ^ a1 ^ a2 ^ a3;
+}
+
 int main(int argc, char **argv) {
     int64_t T = 65536, Hkv = 8, Hq = 8, D = 128;
     int repeat = 10, heads_layout = 0, check = 1, thp = 0;
+    size_t evict_mib = 0;
     uint64_t seed = 0;
     const char *types_s = "f16,q8_0,q4_0", *threads_s = "1,2";
     for (int i = 1; i < argc; i++) {
@@ -141,11 +152,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads_s = v;
         else if (!strcmp(a, "--repeat")) repeat = atoi(v);
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--evict-mib")) evict_mib = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--layout")) heads_layout = !strcmp(v, "heads");
         else {
             fprintf(stderr, "usage: fa_bench [--tokens T] [--kv-heads H] [--q-heads HQ] [--head-dim D]"
                             " [--types f16,q8_0,...] [--threads 1,2] [--repeat N] [--seed N]"
-                            " [--layout cache|heads] [--thp] [--no-check]\n");
+                            " [--layout cache|heads] [--evict-mib N] [--thp] [--no-check]\n");
             return 2;
         }
         i++;
@@ -163,6 +175,12 @@ int main(int argc, char **argv) {
            (long long)T, (long long)Hkv, (long long)Hq, (long long)D,
            heads_layout ? "heads (head-major, like test-backend-ops)" : "cache (token-major, like llama's KV cache)", repeat);
     if (thp) printf("# --thp: K/V buffers madvise(MADV_HUGEPAGE)\n");
+    size_t ev_n = evict_mib << 17;   /* 64-bit words */
+    uint64_t *ev = ev_n ? malloc(ev_n * sizeof *ev) : NULL;
+    if (ev_n && !ev) { fprintf(stderr, "out of memory for --evict-mib\n"); return 1; }
+    for (size_t i = 0; i < ev_n; i++) ev[i] = i;
+    if (ev_n) printf("# steps: each timed step after an untimed read of %zu MiB of other memory (--evict-mib)\n", evict_mib);
+    else printf("# steps: back to back\n");
     printf("# rel_err = ||out - ref|| / ||ref||, ref = attention in double over the dequantized cache;\n"
            "# rel_err_q: the same with q rounded to K's vec_dot type first, as the kernel does\n");
     printf("%-8s %3s %9s %9s %9s %9s %8s %10s %10s\n", "type", "thr", "MB", "ms", "ms_min", "ms_max", "GB/s", "rel_err", "rel_err_q");
@@ -260,6 +278,7 @@ int main(int argc, char **argv) {
             double *ms = malloc(sizeof(double) * repeat);
             ggml_graph_compute(gf, &cp); /* warm-up */
             for (int r = 0; r < repeat; r++) {
+                if (ev_n) evict(ev, ev_n);
                 double t0 = now_ms();
                 if (ggml_graph_compute(gf, &cp) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); return 1; }
                 ms[r] = now_ms() - t0;

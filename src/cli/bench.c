@@ -16,7 +16,9 @@
 const char cmd_bench_usage[] =
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"
     "                 [--formats LIST] [--threads LIST] [--repeat N] [--naive-repeat N] [--bw-mib N]\n"
-    "                 [--query LIST] [--seed N] [--format table|csv|json|jsonl] [--csv-file PATH]\n"
+    "                 [--evict-mib N]"
+     " [--query LIST] [--seed N] [--format table|csv|json|jsonl]\n"
+    "                 [--csv-file PATH]\n"
     "\n"
     "Times one decode step (every query head attends over T cached tokens) per cache format, with kvc's\n"
     "fused kernels reading the stored format directly, against the memory-bandwidth floor measured in the\n"
@@ -40,6 +42,10 @@ const char cmd_bench_usage[] =
     "  --repeat N        timed steps per measurement after one warm-up (default 10)\n"
     "  --naive-repeat N  timed naive steps (default 3; 0 skips the naive path)\n"
     "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache))\n"
+    "  --evict-mib N     before every timed step, read N MiB of other memory, untimed, so that the step\n"
+    "                    does not find the cache it read last in the last-level cache, as a model's\n"
+    "                    decode comes back to a layer's cache only after the other layers' (default:\n"
+    "                    the last-level cache's size, at least 32; 0: steps back to back)\n"
     "  --query LIST      how the fused step takes the query; comma list of f32 (default: float32, within\n"
     "                    the 1e-5 rule), int16 and int8 (rounded per head to 16 or 8 bits for int8,\n"
     "                    int4, q8_0 and q4_0 keys, as ggml rounds it to q8_0: faster, and less\n"
@@ -60,7 +66,8 @@ const char cmd_bench_usage[] =
 
 enum {
     BENCH_TOKENS, BENCH_LAYERS, BENCH_KV_HEADS, BENCH_Q_HEADS, BENCH_HEAD_DIM, BENCH_FORMATS, BENCH_THREADS,
-    BENCH_REPEAT, BENCH_NAIVE_REPEAT, BENCH_BW_MIB, BENCH_SEED, BENCH_FORMAT, BENCH_CSV_FILE, BENCH_QUERY
+    BENCH_REPEAT, BENCH_NAIVE_REPEAT, BENCH_BW_MIB, BENCH_SEED, BENCH_FORMAT, BENCH_CSV_FILE, BENCH_QUERY,
+    BENCH_EVICT_MIB
 };
 const OptSpec cmd_bench_opts[] = {
     [BENCH_TOKENS] = {"--tokens", NULL, 1},
@@ -77,6 +84,7 @@ const OptSpec cmd_bench_opts[] = {
     [BENCH_FORMAT] = {"--format", NULL, 1},
     [BENCH_CSV_FILE] = {"--csv-file", NULL, 1},
     [BENCH_QUERY] = {"--query", NULL, 1},
+    [BENCH_EVICT_MIB] = {"--evict-mib", NULL, 1},
     {NULL, NULL, 0},
 };
 
@@ -150,6 +158,7 @@ static int parse_args(Args *a, int argc, char **argv)
     if (cpus > 1) a->threads[o->n_threads++] = (int)(cpus > 1024 ? 1024 : cpus);
     size_t llc_mib = (bench_llc_bytes() + (1u << 20) - 1) >> 20;
     o->bw_mib = 4 * llc_mib > 128 ? 4 * llc_mib : 128;
+    o->evict_mib = llc_mib > 32 ? llc_mib : 32;
     const char *formats = default_formats, *q_heads = NULL;
     size_t tmp[MAX_LIST], n;
     OptParser p;
@@ -200,6 +209,9 @@ static int parse_args(Args *a, int argc, char **argv)
             break;
         case BENCH_SEED:
             if (opt_uint(v, w, 0, UINT64_MAX, &o->seed)) return -1;
+            break;
+        case BENCH_EVICT_MIB:
+            if (opt_size(v, w, 0, 65536, &o->evict_mib)) return -1;
             break;
         case BENCH_QUERY:
             if (parse_query(a, v, w)) return -1;
@@ -374,6 +386,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON_AddNumberToObject(p, "repeat", o->repeat);
     cJSON_AddNumberToObject(p, "naive_repeat", o->naive_repeat);
     cJSON_AddNumberToObject(p, "bw_mib", (double)o->bw_mib);
+    cJSON_AddNumberToObject(p, "evict_mib", (double)o->evict_mib);
     cJSON *qa = cJSON_AddArrayToObject(p, "query");
     for (size_t k = 0; k < (o->n_query ? o->n_query : 1); k++)
         cJSON_AddItemToArray(qa, cJSON_CreateString(bench_query_name(o->n_query ? o->query[k] : BENCH_QUERY_F32)));
@@ -407,6 +420,11 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);
+    if (o->evict_mib)
+        printf("# steps:    each timed step after an untimed read of %zu MiB of other memory (--evict-mib), so that "
+               "it reads the cache\n#           from memory, not from the last-level cache\n", o->evict_mib);
+    else
+        printf("# steps:    back to back (--evict-mib 0): a cache that fits the last-level cache is read from it\n");
     printf("# bandwidth (read %zu MiB, %s, before and after the formats):", o->bw_mib, "median / max");
     for (size_t k = 0; k < o->n_threads; k++)
         printf("%s %d thread%s %.2f / %.2f GB/s", k ? ";" : "", o->threads[k], o->threads[k] > 1 ? "s" : "", bw_med[k],

@@ -5,6 +5,7 @@
 #include "base/rng.h"
 #include "base/util.h"
 #include "decode/decode.h"
+#include "decode/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -142,11 +143,19 @@ void bench_isa_flags(char *buf, size_t cap)
 /* ---- measurements -------------------------------------------------------------------------------------------- */
 
 /* Times `repeat` steps after one untimed warm-up; the last output stays in out. */
-static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat)
+/* The eviction read before a timed step (BenchPlan.evict_mib): the fused kernels' streaming read, its sum kept. */
+typedef struct Evict {
+    const float *buf;
+    size_t n;   /* floats; 0: none */
+} Evict;
+static volatile float evict_sink;
+
+static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat, const Evict *ev)
 {
     double *t = xmalloc((size_t)repeat * sizeof *t);
     decoder_step(d, out, q, mode);
     for (int r = 0; r < repeat; r++) {
+        if (ev->n) evict_sink += decode_fused_kernels()->read_sum(ev->buf, ev->n);
         double t0 = decode_now();
         decoder_step(d, out, q, mode);
         t[r] = decode_now() - t0;
@@ -263,7 +272,7 @@ static double rel_error(const float *a, const double *b, size_t n)
 /* Times every query head count and thread count over one format's cache; appends to res from *nr. */
 static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const BenchFormat *fm, const Source *src,
                       const float *q, float *out, float *first, double *ref, StoreTensor *K, StoreTensor *V,
-                      StoreTensor *Kr, StoreTensor *Vr)
+                      StoreTensor *Kr, StoreTensor *Vr, const Evict *ev)
 {
     size_t n_kv = p->L * p->Hkv, per = p->T * p->D;
     uint64_t bytes = 0;
@@ -302,8 +311,8 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
                 rc = -1;
                 break;
             }
-            re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat);
-            re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat);
+            re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat, ev);
+            re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat, ev);
             decoder_free(d);
             re->rel = rel_error(out, ref, n_out);
             if (k == 0) memcpy(first, out, n_out * sizeof *out);
@@ -314,7 +323,7 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
                     rc = -1;
                     break;
                 }
-                re->naive = time_steps(dn, out, q, DECODE_FULL, p->naive_repeat);
+                re->naive = time_steps(dn, out, q, DECODE_FULL, p->naive_repeat, ev);
                 re->has_naive = 1;
                 decoder_free(dn);
             }
@@ -337,9 +346,10 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
         if (p->hq[k] > hq_max) hq_max = p->hq[k];
 
     /* bandwidth probe buffer, and samples before and after */
-    size_t bw_n = p->bw_mib << 18;
-    float *bw_buf = xmalloc(bw_n * sizeof *bw_buf);
-    for (size_t i = 0; i < bw_n; i++) bw_buf[i] = 1.0f;
+    size_t bw_n = p->bw_mib << 18, ev_n = p->evict_mib << 18, buf_n = bw_n > ev_n ? bw_n : ev_n;
+    float *bw_buf = xmalloc(buf_n * sizeof *bw_buf);   /* the probe's buffer, and the eviction read's */
+    for (size_t i = 0; i < buf_n; i++) bw_buf[i] = 1.0f;
+    const Evict ev = {bw_buf, ev_n};
     double **samples = xcalloc(p->n_threads, sizeof *samples);
     size_t *n_samples = xcalloc(p->n_threads, sizeof *n_samples);
     for (size_t k = 0; k < p->n_threads; k++) samples[k] = xmalloc(2 * (size_t)p->repeat * sizeof **samples);
@@ -367,7 +377,7 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     StoreTensor *Kr = xcalloc(n_kv, sizeof *Kr), *Vr = xcalloc(n_kv, sizeof *Vr);
     for (size_t s = 0; s < p->n_formats && !rc; s++) {
         if (progress) fprintf(progress, "kvc bench: %s\n", p->formats[s].name);
-        rc = run_format(res, &nr, p, &p->formats[s], &src, q, out, first, ref, K, V, Kr, Vr);
+        rc = run_format(res, &nr, p, &p->formats[s], &src, q, out, first, ref, K, V, Kr, Vr, &ev);
     }
     if (!rc) rc = probe_bandwidth(p, bw_buf, bw_n, samples, n_samples);
     if (!rc) {

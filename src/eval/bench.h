@@ -56,6 +56,8 @@ typedef struct BenchPlan {
     int repeat;                   /* timed steps per measurement after one warm-up, >= 1 */
     int naive_repeat;             /* timed naive steps; 0 skips the naive path */
     size_t bw_mib;                /* bandwidth probe buffer in MiB */
+    size_t evict_mib;             /* MiB of other memory read (untimed) before every timed step, so that a step does
+                                   * not find the cache it read last in the last-level cache; 0: back to back */
     uint64_t seed;
 } BenchPlan;
 
