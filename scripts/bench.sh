@@ -69,8 +69,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     {
         key = $col["format"] "|" $col["q_heads"] / $col["kv_heads"] "|" $col["threads"]
-        pct[key] = $col["pct_bw"]; ms[key] = $col["ms_median"]; gb[key] = $col["gbps"]
-        bwt[$col["threads"]] = $col["bw_gbps"]
+        pct[key] = $col["pct_bw"]; ms[key] = $col["ms_median"]; gb[key] = $col["gbps"]; bw[key] = $col["bw_gbps"]
     }
     function show(name, got, want, cmp,   ok) {
         if (got == "") { printf "  %-52s %10s   (not measured)\n", name, "-"; return }
@@ -91,7 +90,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
         print "# 2 threads: speed-up over 1 thread where 1 thread reads below 60 % of the 2-thread bandwidth"
         for (i = 1; i <= n; i++)
             for (g = 1; g <= 8; g *= (g == 1 ? 4 : 2))
-                if (gb[f[i] "|" g "|1"] != "" && ms[f[i] "|" g "|2"] != "" && gb[f[i] "|" g "|1"] < 0.6 * bwt[2])
+                if (gb[f[i] "|" g "|1"] != "" && ms[f[i] "|" g "|2"] != "" && gb[f[i] "|" g "|1"] < 0.6 * bw[f[i] "|" g "|2"])
                     show(f[i] " G=" g " time(1 thread) / time(2 threads)", ms[f[i] "|" g "|1"] / ms[f[i] "|" g "|2"], 1.7, ">=")
     }' results/bench-gqa.csv.tmp
 } >> results/bench.txt.tmp

@@ -20,6 +20,9 @@ rows=$(tail -n +2 "$tmp/csv" | wc -l)
 nok=$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
 [ "$nok" -eq 0 ] && ok bench-accuracy-and-thread-invariance || bad bench-accuracy-and-thread-invariance \
     "$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | head -n 2)"
+# each row's bandwidth is its own probe's (bw_gbps > 0), and %bw is gbps / bw_gbps
+nbw=$(tail -n +2 "$tmp/csv" | awk -F, '!($16 > 0) || ($17 - 100 * $15 / $16 > 0.2) || ($17 - 100 * $15 / $16 < -0.2)' | wc -l)
+[ "$nbw" -eq 0 ] && ok bench-row-bandwidth || bad bench-row-bandwidth "$nbw rows with bw_gbps <= 0 or %bw != 100 gbps / bw_gbps"
 # bytes: f16 K and V of 2 heads x 300 tokens x 64 = 2 * 2 * 300 * 64 * 2 bytes; int4 codes + FP16 scales
 f16=$(awk -F, '$1 == "f16" {print $11; exit}' "$tmp/csv")
 int4=$(awk -F, '$1 == "int4" {print $11; exit}' "$tmp/csv")

@@ -432,8 +432,9 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("\n");
     printf("# accumulators: float32 products and sums per %d-token block, blocks merged in double; rel_err = "
            "||out - ref|| / ||ref||,\n#   ref = attention in double over the dequantized cache; ok: rel_err < %g.\n"
-           "# %%bw = (bytes / median ms) / median bandwidth; %%best = (bytes / min ms) / max bandwidth (the least "
-           "disturbed samples).\n", DECODE_BLOCK, DECODE_TOL);
+           "# %%bw = (bytes / median ms) / the row's bandwidth: the median of %d probe passes on its threads right "
+           "before and %d right after\n#   its steps (the memory's speed moves over minutes on a shared machine); "
+           "%%best = (bytes / min ms) / their max.\n", DECODE_BLOCK, DECODE_TOL, BENCH_ROW_PROBES, BENCH_ROW_PROBES);
     printf("# k_ms: key side only (scores and their max). naive: dequantize the whole cache to float32 every step, "
            "then attend.\n\n");
 }

@@ -146,7 +146,8 @@ void bench_isa_flags(char *buf, size_t cap)
 /* The eviction read before a timed step (BenchPlan.evict_mib): the fused kernels' streaming read, its sum kept. */
 typedef struct Evict {
     const float *buf;
-    size_t n;   /* floats; 0: none */
+    size_t n;        /* floats; 0: none */
+    size_t bw_n;     /* the probe's floats (the same buffer): each row's own bandwidth samples */
 } Evict;
 static volatile float evict_sink;
 
@@ -311,9 +312,26 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
                 rc = -1;
                 break;
             }
+            /* the row's bandwidth: BENCH_ROW_PROBES passes on its threads right before and right after its steps */
+            double bws[2 * BENCH_ROW_PROBES];
+            if (decode_read_times(bws, BENCH_ROW_PROBES, ev->buf, ev->bw_n, p->threads[k])) {
+                decoder_free(d);
+                rc = -1;
+                break;
+            }
             re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat, ev);
             re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat, ev);
             decoder_free(d);
+            if (decode_read_times(bws + BENCH_ROW_PROBES, BENCH_ROW_PROBES, ev->buf, ev->bw_n, p->threads[k])) {
+                rc = -1;
+                break;
+            }
+            re->bw_max = 0;
+            for (int i = 0; i < 2 * BENCH_ROW_PROBES; i++) {
+                bws[i] = (double)ev->bw_n * sizeof(float) / bws[i] / 1e9;
+                if (bws[i] > re->bw_max) re->bw_max = bws[i];
+            }
+            re->bw = median(bws, 2 * BENCH_ROW_PROBES);
             re->rel = rel_error(out, ref, n_out);
             if (k == 0) memcpy(first, out, n_out * sizeof *out);
             re->same_threads = memcmp(first, out, n_out * sizeof *out) == 0;
@@ -349,7 +367,7 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     size_t bw_n = p->bw_mib << 18, ev_n = p->evict_mib << 18, buf_n = bw_n > ev_n ? bw_n : ev_n;
     float *bw_buf = xmalloc(buf_n * sizeof *bw_buf);   /* the probe's buffer, and the eviction read's */
     for (size_t i = 0; i < buf_n; i++) bw_buf[i] = 1.0f;
-    const Evict ev = {bw_buf, ev_n};
+    const Evict ev = {bw_buf, ev_n, bw_n};
     double **samples = xcalloc(p->n_threads, sizeof *samples);
     size_t *n_samples = xcalloc(p->n_threads, sizeof *n_samples);
     for (size_t k = 0; k < p->n_threads; k++) samples[k] = xmalloc(2 * (size_t)p->repeat * sizeof **samples);
@@ -387,9 +405,6 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
                 if (samples[k][i] > bw_max[k]) bw_max[k] = samples[k][i];
             bw_med[k] = median(samples[k], n_samples[k]);
         }
-        for (size_t i = 0; i < nr; i++)
-            for (size_t k = 0; k < p->n_threads; k++)
-                if (res[i].threads == p->threads[k]) res[i].bw = bw_med[k], res[i].bw_max = bw_max[k];
     }
     for (size_t k = 0; k < p->n_threads; k++) free(samples[k]);
     free(samples), free(n_samples);

@@ -79,15 +79,18 @@ typedef struct BenchResult {
     uint64_t bytes;               /* the stored cache */
     BenchStat fused, keys, naive; /* the fused step, its key side alone, the naive path (when has_naive) */
     int has_naive;
-    double bw, bw_max;            /* read bandwidth at this thread count, GB/s: median and max of the samples */
+    double bw, bw_max;            /* read bandwidth on the row's threads, GB/s: median and max of the probe's passes
+                                   * right before and right after the row's steps (BENCH_ROW_PROBES each) */
     double rel;                   /* ||out - ref|| / ||ref||, ref in double over the dequantized cache */
     int same_threads;             /* output identical to the first thread count's */
 } BenchResult;
 
+enum { BENCH_ROW_PROBES = 2 };
+
 /* Runs the plan: res[0 .. n_formats x n_hq x max(n_query, 1) x n_threads) in that order (threads fastest; the
- * naive path only for f32 rows), bw_med[k] and bw_max[k]
- * the bandwidth at threads[k] (GB/s). Progress lines ("kvc bench: ...") go to `progress` unless NULL. Returns 0,
- * or -1 with kvc_fail set (threads that cannot start); res is then incomplete. */
+ * naive path only for f32 rows), bw_med[k] and bw_max[k] the bandwidth at threads[k] (GB/s: the whole run's,
+ * before and after the formats; each row has its own, bw). Progress lines ("kvc bench: ...") go to `progress`
+ * unless NULL. Returns 0, or -1 with kvc_fail set (threads that cannot start); res is then incomplete. */
 int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan *plan, FILE *progress);
 
 /* The machine: logical CPUs online (>= 1), bytes of cpu0's largest cache (sysfs; 32 MiB when unknown), the CPU
