@@ -918,6 +918,20 @@ int main(void)
     kivi_tests();
     intn_tests();
     slot_tests();
+    {   /* decode_read_cold: positive times for two buffers on 1 and 2 threads, an eviction read between */
+        float *a = xalloc64((1u << 20) * sizeof *a), *e = xalloc64((1u << 20) * sizeof *e);
+        uint16_t *h = xmalloc(3000 * sizeof *h);
+        for (size_t i = 0; i < (1u << 20); i++) a[i] = 1.0f, e[i] = 2.0f;
+        for (size_t i = 0; i < 3000; i++) h[i] = 0x3C00;
+        const void *bufs[2] = {a, h};
+        const size_t bytes[2] = {(1u << 20) * sizeof *a, 3000 * sizeof *h};
+        double sec[4] = {0};
+        int rc1 = decode_read_cold(sec, 2, bufs, bytes, 2, e, 1u << 20, 1);
+        int rc2 = decode_read_cold(sec + 2, 2, bufs, bytes, 2, NULL, 0, 2);
+        check(rc1 == 0 && rc2 == 0 && sec[0] > 0 && sec[1] > 0 && sec[2] > 0 && sec[3] > 0, "decode-read-cold-times",
+              "rc %d %d, seconds %g %g %g %g", rc1, rc2, sec[0], sec[1], sec[2], sec[3]);
+        free(a), free(e), free(h);
+    }
     vnni_score_tests();
     rounded_score_tests();
     rounded_step_tests();

@@ -432,9 +432,11 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("\n");
     printf("# accumulators: float32 products and sums per %d-token block, blocks merged in double; rel_err = "
            "||out - ref|| / ||ref||,\n#   ref = attention in double over the dequantized cache; ok: rel_err < %g.\n"
-           "# %%bw = (bytes / median ms) / the row's bandwidth: the median of %d probe passes on its threads right "
-           "before and %d right after\n#   its steps (the memory's speed moves over minutes on a shared machine); "
-           "%%best = (bytes / min ms) / their max.\n", DECODE_BLOCK, DECODE_TOL, BENCH_ROW_PROBES, BENCH_ROW_PROBES);
+           "# %%bw = (bytes / median ms) / the row's floor: bytes / the median time of a plain read of the cache's own "
+           "bytes on the\n#   row's threads, after the same eviction as a step (%d reads right before its steps, %d "
+           "right after; CSV bw_gbps);\n#   %%best = (bytes / min ms) / the fastest of those reads. The bandwidth line "
+           "above is a separate %zu MiB read.\n", DECODE_BLOCK, DECODE_TOL, BENCH_ROW_PROBES, BENCH_ROW_PROBES,
+           o->bw_mib);
     printf("# k_ms: key side only (scores and their max). naive: dequantize the whole cache to float32 every step, "
            "then attend.\n\n");
 }

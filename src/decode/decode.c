@@ -647,6 +647,51 @@ static void probe_item(void *arg, size_t item, int tid)
     p->sums[item] = p->ks->read_sum(p->x + a, m);
 }
 
+/* decode_read_cold's items: 1 MiB pieces of the buffers, read with the fused kernels' loads */
+typedef struct ColdRead {
+    const float **x;
+    size_t *n;
+    float *sums;
+    const KernelSet *ks;
+} ColdRead;
+
+static void cold_item(void *arg, size_t item, int tid)
+{
+    (void)tid;
+    ColdRead *c = arg;
+    c->sums[item] = c->ks->read_sum(c->x[item], c->n[item]);
+}
+
+int decode_read_cold(double *sec, int repeat, const void *const *buf, const size_t *bytes, size_t nbuf,
+                     const float *evict, size_t evict_n, int threads)
+{
+    const size_t chunk = (size_t)1 << 18;   /* floats per item */
+    size_t items = 0;
+    for (size_t b = 0; b < nbuf; b++) items += (bytes[b] / sizeof(float) + chunk - 1) / chunk;
+    Pool *pool = pool_create(threads);
+    if (!pool) return -1;
+    ColdRead c = {xcalloc(items ? items : 1, sizeof *c.x), xcalloc(items ? items : 1, sizeof *c.n),
+                  xcalloc(items ? items : 1, sizeof *c.sums), fused_kernels()};
+    size_t k = 0;
+    for (size_t b = 0; b < nbuf; b++) {
+        const float *x = buf[b];
+        size_t n = bytes[b] / sizeof(float);
+        for (size_t a = 0; a < n; a += chunk, k++) c.x[k] = x + a, c.n[k] = n - a < chunk ? n - a : chunk;
+    }
+    volatile float sink = 0.0f;
+    for (int r = 0; r < repeat; r++) {
+        if (evict_n) sink += c.ks->read_sum(evict, evict_n);
+        double t = decode_now();
+        pool_run(pool, cold_item, &c, items);
+        sec[r] = decode_now() - t;
+        for (size_t i = 0; i < items; i++) sink += c.sums[i];
+    }
+    (void)sink;
+    free(c.x), free(c.n), free(c.sums);
+    pool_free(pool);
+    return 0;
+}
+
 int decode_read_times(double *sec, int repeat, const float *x, size_t n, int threads)
 {
     Pool *pool = pool_create(threads);

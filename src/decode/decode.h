@@ -130,6 +130,13 @@ int decode_vnni(void);
  * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of
  * each pass in sec[0..repeat). Returns 0, or -1 with kvc_fail set if the threads cannot start. */
 int decode_read_times(double *sec, int repeat, const float *x, size_t n, int threads);
+/* The floor of one cache: `repeat` timed reads of nbuf buffers (bytes[b] each; the last 0-3 bytes of a buffer
+ * are not read, nor is a buffer below 4 bytes) with the fused kernels' loads on `threads` threads, each read
+ * after an untimed read of evict_n floats of evict (0: none), so that the buffers come from memory; sec[r] the
+ * seconds of read r. Buffers must be 4-byte aligned. Returns 0, or -1 with kvc_fail set if the threads cannot
+ * start. */
+int decode_read_cold(double *sec, int repeat, const void *const *buf, const size_t *bytes, size_t nbuf,
+                     const float *evict, size_t evict_n, int threads);
 /* Monotonic clock in seconds. */
 double decode_now(void);
 

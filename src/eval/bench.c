@@ -147,8 +147,17 @@ void bench_isa_flags(char *buf, size_t cap)
 typedef struct Evict {
     const float *buf;
     size_t n;        /* floats; 0: none */
-    size_t bw_n;     /* the probe's floats (the same buffer): each row's own bandwidth samples */
 } Evict;
+
+/* The buffers of a stored tensor (codes, scales, group parameters, low-rank basis) appended to buf / bytes. */
+static void tensor_buffers(const StoreTensor *st, const void **buf, size_t *bytes, size_t *nb)
+{
+    const void *b[4] = {st->codes, st->scales, st->params, st->basis};
+    size_t n[4] = {st->row_bytes ? st->T * st->row_bytes : st->code_bytes, 2 * st->n_scales, st->param_bytes,
+                   st->basis ? 2 * st->fmt.rank * st->D : 0};
+    for (int i = 0; i < 4; i++)
+        if (b[i] && n[i]) buf[*nb] = b[i], bytes[(*nb)++] = n[i];
+}
 static volatile float evict_sink;
 
 static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat, const Evict *ev)
@@ -294,6 +303,17 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
         }
     }
     DecodeCache dc = {.L = p->L, .Hkv = p->Hkv, .T = Tm, .D = p->D, .K = K, .V = V, .Tr = Tr, .Kr = Kr, .Vr = Vr};
+    /* the cache's own bytes: the floor of a row is a cold read of exactly them */
+    const void **cbuf = xmalloc(16 * n_kv * sizeof *cbuf);
+    size_t *cbytes = xmalloc(16 * n_kv * sizeof *cbytes), ncb = 0;
+    for (size_t i = 0; i < n_kv; i++) {
+        tensor_buffers(&K[i], cbuf, cbytes, &ncb);
+        tensor_buffers(&V[i], cbuf, cbytes, &ncb);
+        if (Tr) {
+            tensor_buffers(&Kr[i], cbuf, cbytes, &ncb);
+            tensor_buffers(&Vr[i], cbuf, cbytes, &ncb);
+        }
+    }
     int rc = 0;
     static const BenchQuery f32_only = BENCH_QUERY_F32;
     const BenchQuery *qm = p->n_query ? p->query : &f32_only;
@@ -312,9 +332,10 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
                 rc = -1;
                 break;
             }
-            /* the row's bandwidth: BENCH_ROW_PROBES passes on its threads right before and right after its steps */
+            /* the row's floor: BENCH_ROW_PROBES reads of the cache's bytes on its threads, each after the same
+             * eviction as a step, right before and right after its steps */
             double bws[2 * BENCH_ROW_PROBES];
-            if (decode_read_times(bws, BENCH_ROW_PROBES, ev->buf, ev->bw_n, p->threads[k])) {
+            if (decode_read_cold(bws, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n, p->threads[k])) {
                 decoder_free(d);
                 rc = -1;
                 break;
@@ -322,13 +343,14 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
             re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat, ev);
             re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat, ev);
             decoder_free(d);
-            if (decode_read_times(bws + BENCH_ROW_PROBES, BENCH_ROW_PROBES, ev->buf, ev->bw_n, p->threads[k])) {
+            if (decode_read_cold(bws + BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n,
+                                 p->threads[k])) {
                 rc = -1;
                 break;
             }
             re->bw_max = 0;
             for (int i = 0; i < 2 * BENCH_ROW_PROBES; i++) {
-                bws[i] = (double)ev->bw_n * sizeof(float) / bws[i] / 1e9;
+                bws[i] = (double)bytes / bws[i] / 1e9;
                 if (bws[i] > re->bw_max) re->bw_max = bws[i];
             }
             re->bw = median(bws, 2 * BENCH_ROW_PROBES);
@@ -354,6 +376,7 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
         store_free(&Kr[i]);
         store_free(&Vr[i]);
     }
+    free(cbuf), free(cbytes);
     return rc;
 }
 
@@ -367,7 +390,7 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     size_t bw_n = p->bw_mib << 18, ev_n = p->evict_mib << 18, buf_n = bw_n > ev_n ? bw_n : ev_n;
     float *bw_buf = xmalloc(buf_n * sizeof *bw_buf);   /* the probe's buffer, and the eviction read's */
     for (size_t i = 0; i < buf_n; i++) bw_buf[i] = 1.0f;
-    const Evict ev = {bw_buf, ev_n, bw_n};
+    const Evict ev = {bw_buf, ev_n};
     double **samples = xcalloc(p->n_threads, sizeof *samples);
     size_t *n_samples = xcalloc(p->n_threads, sizeof *n_samples);
     for (size_t k = 0; k < p->n_threads; k++) samples[k] = xmalloc(2 * (size_t)p->repeat * sizeof **samples);

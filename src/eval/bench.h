@@ -79,8 +79,9 @@ typedef struct BenchResult {
     uint64_t bytes;               /* the stored cache */
     BenchStat fused, keys, naive; /* the fused step, its key side alone, the naive path (when has_naive) */
     int has_naive;
-    double bw, bw_max;            /* read bandwidth on the row's threads, GB/s: median and max of the probe's passes
-                                   * right before and right after the row's steps (BENCH_ROW_PROBES each) */
+    double bw, bw_max;            /* the row's floor, GB/s: bytes / the time of a read of exactly the cache's
+                                   * bytes on the row's threads, after the same eviction as a step (decode_read_cold),
+                                   * BENCH_ROW_PROBES reads right before and right after its steps: median, max */
     double rel;                   /* ||out - ref|| / ||ref||, ref in double over the dequantized cache */
     int same_threads;             /* output identical to the first thread count's */
 } BenchResult;
