@@ -542,6 +542,23 @@ static void slot_tests(void)
     }
 }
 
+/* T x W rows of N(0, 1) stored as fmt (f, st) and their kernel view k; returns them dequantized (T x W floats). */
+static float *int_key_rows(StoreFormat *f, StoreTensor *st, KRows *k, const char *fmt, size_t T, size_t W, rng *r)
+{
+    parse_any(f, fmt);
+    store_alloc(st, *f, T, W);
+    double *x = xmalloc(T * W * sizeof *x);
+    rng_normal_fill(r, x, T * W);
+    store_quantize_f64(st, x);
+    free(x);
+    float *deq = xmalloc(T * W * sizeof *deq);
+    store_dequantize_rows_f32(deq, st, 0, T);
+    memset(k, 0, sizeof *k);
+    k->type = f->type, k->codes = st->codes, k->row_bytes = st->row_bytes, k->W = W;
+    k->rscale = store_type_is_int(f->type) && f->axis == STORE_AXIS_TOKEN ? st->scales : NULL;
+    return deq;
+}
+
 /* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
  * base-256 digits) against scores in double over the dequantized rows: W = 64 .. 576 (past the VNNI width limit),
  * G = 1 (q4_0's VNNI keys take one head too) / 2 / 3 / 5 / 8, n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
@@ -563,18 +580,9 @@ static void vnni_score_tests(void)
             const size_t W = Ws[wi], T = 64, t0 = 5;
             size_t *perm = xmalloc(W * sizeof *perm);
             StoreFormat f;
-            parse_any(&f, fmts[fi]);
             StoreTensor st;
-            store_alloc(&st, f, T, W);
-            double *x = xmalloc(T * W * sizeof *x);
-            rng_normal_fill(&r, x, T * W);
-            store_quantize_f64(&st, x);
-            float *deq = xmalloc(T * W * sizeof *deq);
-            store_dequantize_rows_f32(deq, &st, 0, T);
             KRows k;
-            memset(&k, 0, sizeof k);
-            k.type = f.type, k.codes = st.codes, k.row_bytes = st.row_bytes, k.W = W;
-            k.rscale = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN ? st.scales : NULL;
+            float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                     for (int qk = 0; qk < 4; qk++) {   /* N(0, 1), outlier, zero, 1e-35 x N(0, 1) */
@@ -617,7 +625,7 @@ static void vnni_score_tests(void)
                         }
                         free(q), free(qo), free(s), free(scr), free(qd);
                     }
-            free(x), free(deq), free(perm);
+            free(deq), free(perm);
             store_free(&st);
         }
     for (int si = 0; si < 2; si++)
@@ -659,18 +667,9 @@ static void rounded_score_tests(void)
                 const int four = fi >= 2, takes = W <= 512 && W % (four ? 128 : 64) == 0;
                 size_t *perm = xmalloc(W * sizeof *perm);
                 StoreFormat f;
-                parse_any(&f, fmts[fi]);
                 StoreTensor st;
-                store_alloc(&st, f, T, W);
-                double *x = xmalloc(T * W * sizeof *x);
-                rng_normal_fill(&r, x, T * W);
-                store_quantize_f64(&st, x);
-                float *deq = xmalloc(T * W * sizeof *deq);
-                store_dequantize_rows_f32(deq, &st, 0, T);
                 KRows k;
-                memset(&k, 0, sizeof k);
-                k.type = f.type, k.codes = st.codes, k.row_bytes = st.row_bytes, k.W = W;
-                k.rscale = st.scales && f.axis == STORE_AXIS_TOKEN && store_type_is_int(f.type) ? st.scales : NULL;
+                float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
                 ks->col_order(perm, f.type, W);
                 for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
@@ -745,7 +744,7 @@ static void rounded_score_tests(void)
                             }
                             free(q), free(qo), free(s), free(scr), free(qd), free(v);
                         }
-                free(x), free(deq), free(perm);
+                free(deq), free(perm);
                 store_free(&st);
             }
     }

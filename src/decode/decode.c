@@ -632,21 +632,6 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
 
 /* ---- bandwidth probe --------------------------------------------------------------------------------------- */
 
-typedef struct Probe {
-    const float *x;
-    size_t n, chunk;
-    float *sums;
-    const KernelSet *ks;
-} Probe;
-
-static void probe_item(void *arg, size_t item, int tid)
-{
-    (void)tid;
-    Probe *p = arg;
-    size_t a = item * p->chunk, m = p->n - a < p->chunk ? p->n - a : p->chunk;
-    p->sums[item] = p->ks->read_sum(p->x + a, m);
-}
-
 /* decode_read_cold's items: 1 MiB pieces of the buffers, read with the fused kernels' loads */
 typedef struct ColdRead {
     const float **x;
@@ -694,21 +679,9 @@ int decode_read_cold(double *sec, int repeat, const void *const *buf, const size
 
 int decode_read_times(double *sec, int repeat, const float *x, size_t n, int threads)
 {
-    Pool *pool = pool_create(threads);
-    if (!pool) return -1;
-    Probe p = {x, n, (size_t)1 << 18, NULL, fused_kernels()};   /* 1 MiB per item */
-    size_t items = (n + p.chunk - 1) / p.chunk;
-    p.sums = xcalloc(items, sizeof *p.sums);
-    pool_run(pool, probe_item, &p, items);
-    for (int r = 0; r < repeat; r++) {
-        double t = decode_now();
-        pool_run(pool, probe_item, &p, items);
-        sec[r] = decode_now() - t;
-    }
-    volatile float sink = 0.0f;
-    for (size_t i = 0; i < items; i++) sink += p.sums[i];
-    (void)sink;
-    free(p.sums);
-    pool_free(pool);
-    return 0;
+    const void *buf = x;
+    const size_t bytes = n * sizeof *x;
+    double warm;   /* the untimed pass */
+    if (decode_read_cold(&warm, 1, &buf, &bytes, 1, NULL, 0, threads)) return -1;
+    return decode_read_cold(sec, repeat, &buf, &bytes, 1, NULL, 0, threads);
 }

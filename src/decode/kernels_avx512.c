@@ -746,18 +746,15 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     {                                                                                                          \
         return vn_scores(F, ND, s, ls, qp, G, k, t0, n, scr);                                                  \
     }
-VN_SCORES(scores_int8_vnni, F_INT8, 3)
-VN_SCORES(scores_int4_vnni, F_INT4, 3)
-VN_SCORES(scores_q4_0_vnni, F_Q4_0, 3)
-VN_SCORES(scores_q8_0_vnni, F_Q8_0, 3)
-VN_SCORES(scores_int8_vnni2, F_INT8, 2)
-VN_SCORES(scores_int4_vnni2, F_INT4, 2)
-VN_SCORES(scores_q4_0_vnni2, F_Q4_0, 2)
-VN_SCORES(scores_q8_0_vnni2, F_Q8_0, 2)
-VN_SCORES(scores_int8_vnni1, F_INT8, 1)
-VN_SCORES(scores_int4_vnni1, F_INT4, 1)
-VN_SCORES(scores_q4_0_vnni1, F_Q4_0, 1)
-VN_SCORES(scores_q8_0_vnni1, F_Q8_0, 1)
+#define VN_FORMATS(SFX, ND)                                                                                      \
+    VN_SCORES(scores_int8_vnni##SFX, F_INT8, ND)                                                                 \
+    VN_SCORES(scores_int4_vnni##SFX, F_INT4, ND)                                                                 \
+    VN_SCORES(scores_q4_0_vnni##SFX, F_Q4_0, ND)                                                                 \
+    VN_SCORES(scores_q8_0_vnni##SFX, F_Q8_0, ND)
+VN_FORMATS(, 3)   /* the VNNI set: exact enough for DECODE_TOL */
+VN_FORMATS(2, 2)  /* the rounded-query sets */
+VN_FORMATS(1, 1)
+#undef VN_FORMATS
 #undef VN_SCORES
 
 /* ---- values ----------------------------------------------------------------------------------------------- */
@@ -1134,14 +1131,14 @@ VN_SLOT(scores_q8_0, 64, 2, scores_q8_0_vnni, scores_q8_0_f32)
 VN_SLOT(scores_int4_vn, 128, 2, scores_int4_vnni, scores_int4)
 VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
 /* the rounded-query sets: the fewer-digit kernels at any number of heads */
-VN_SLOT(scores_int8_r2, 64, 1, scores_int8_vnni2, scores_int8_f32)
-VN_SLOT(scores_q8_0_r2, 64, 1, scores_q8_0_vnni2, scores_q8_0_f32)
-VN_SLOT(scores_int4_r2, 128, 1, scores_int4_vnni2, scores_int4)
-VN_SLOT(scores_q4_0_r2, 128, 1, scores_q4_0_vnni2, scores_q4_0_f32)
-VN_SLOT(scores_int8_r1, 64, 1, scores_int8_vnni1, scores_int8_f32)
-VN_SLOT(scores_q8_0_r1, 64, 1, scores_q8_0_vnni1, scores_q8_0_f32)
-VN_SLOT(scores_int4_r1, 128, 1, scores_int4_vnni1, scores_int4)
-VN_SLOT(scores_q4_0_r1, 128, 1, scores_q4_0_vnni1, scores_q4_0_f32)
+#define VN_ROUNDED(ND)                                                                                               \
+    VN_SLOT(scores_int8_r##ND, 64, 1, scores_int8_vnni##ND, scores_int8_f32)                                         \
+    VN_SLOT(scores_q8_0_r##ND, 64, 1, scores_q8_0_vnni##ND, scores_q8_0_f32)                                         \
+    VN_SLOT(scores_int4_r##ND, 128, 1, scores_int4_vnni##ND, scores_int4)                                            \
+    VN_SLOT(scores_q4_0_r##ND, 128, 1, scores_q4_0_vnni##ND, scores_q4_0_f32)
+VN_ROUNDED(2)
+VN_ROUNDED(1)
+#undef VN_ROUNDED
 #undef VN_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0)
@@ -1160,6 +1157,19 @@ static void col_order_avx512(size_t *perm, StoreType t, size_t W)
 }
 
 static KernelSet kernels_avx512, kernels_avx512_vnni, kernels_avx512_r2, kernels_avx512_r1;
+
+/* *k = the AVX-512 set (kernels_avx512, filled first) with these int8, q8_0, int4 and q4_0 key slots; name NULL:
+ * its name. */
+__attribute__((target("no-avx512f"))) static void int_keys(KernelSet *k, const char *name, ScoresFn i8, ScoresFn q8,
+                                                           ScoresFn i4, ScoresFn q4)
+{
+    *k = kernels_avx512;
+    if (name) k->name = name;
+    k->scores[STORE_INT8] = i8;
+    k->scores[STORE_Q8_0] = q8;
+    k->scores[STORE_INT4] = i4;
+    k->scores[STORE_Q4_0] = q4;
+}
 
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
  * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
@@ -1192,23 +1202,10 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         kernels_avx512.col_order = col_order_avx512;
         kernels_avx512.max = max_avx512;
         kernels_avx512.exp_sum = exp_sum_avx512;
-        kernels_avx512_vnni = kernels_avx512;   /* the same name: the same results up to the key sums' rounding */
-        kernels_avx512_vnni.scores[STORE_INT8] = scores_int8;
-        kernels_avx512_vnni.scores[STORE_Q8_0] = scores_q8_0;
-        kernels_avx512_vnni.scores[STORE_INT4] = scores_int4_vn;
-        kernels_avx512_vnni.scores[STORE_Q4_0] = scores_q4_0_vn;
-        kernels_avx512_r2 = kernels_avx512_vnni;
-        kernels_avx512_r2.name = "avx512-int16q";
-        kernels_avx512_r2.scores[STORE_INT8] = scores_int8_r2;
-        kernels_avx512_r2.scores[STORE_Q8_0] = scores_q8_0_r2;
-        kernels_avx512_r2.scores[STORE_INT4] = scores_int4_r2;
-        kernels_avx512_r2.scores[STORE_Q4_0] = scores_q4_0_r2;
-        kernels_avx512_r1 = kernels_avx512_vnni;
-        kernels_avx512_r1.name = "avx512-int8q";
-        kernels_avx512_r1.scores[STORE_INT8] = scores_int8_r1;
-        kernels_avx512_r1.scores[STORE_Q8_0] = scores_q8_0_r1;
-        kernels_avx512_r1.scores[STORE_INT4] = scores_int4_r1;
-        kernels_avx512_r1.scores[STORE_Q4_0] = scores_q4_0_r1;
+        /* the VNNI set: the same name, the same results up to the key sums' rounding; the rounded-query sets */
+        int_keys(&kernels_avx512_vnni, NULL, scores_int8, scores_q8_0, scores_int4_vn, scores_q4_0_vn);
+        int_keys(&kernels_avx512_r2, "avx512-int16q", scores_int8_r2, scores_q8_0_r2, scores_int4_r2, scores_q4_0_r2);
+        int_keys(&kernels_avx512_r1, "avx512-int8q", scores_int8_r1, scores_q8_0_r1, scores_int4_r1, scores_q4_0_r1);
         ready = 1;
     }
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
