@@ -117,6 +117,8 @@ expect_usage bench-rejects-huge-cache "too large" --tokens 16777216 --kv-heads 1
 expect_usage bench-rejects-unknown-query "must be f32, int16 or int8" --query int4
 expect_usage bench-rejects-bad-evict "--evict-mib" --evict-mib -1
 expect_usage bench-rejects-huge-evict "--evict-mib" --evict-mib 65537
+half=$(awk '/^MemTotal:/ { print int($2 / 1024 / 2) + 1 }' /proc/meminfo 2>/dev/null)
+[ -n "$half" ] && [ "$half" -le 65536 ] && expect_usage bench-rejects-evict-over-half-memory "more than half of this machine" --evict-mib "$half"
 expect_usage bench-rejects-twice-query "listed twice" --query int8,f32,int8
 expect_usage bench-rejects-query-on-f16 "rounds the query only for int8, int4, q8_0 and q4_0 keys.*got f16" \
     --query f32,int8 --formats int8,f16

@@ -9,9 +9,11 @@
 #include "eval/bench.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char cmd_bench_usage[] =
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"
@@ -41,7 +43,8 @@ const char cmd_bench_usage[] =
     "  --threads LIST    thread counts, comma list (default 1 and the number of CPUs)\n"
     "  --repeat N        timed steps per measurement after one warm-up (default 10)\n"
     "  --naive-repeat N  timed naive steps (default 3; 0 skips the naive path)\n"
-    "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache))\n"
+    "  --bw-mib N        bandwidth probe buffer in MiB (default max(128, 4 x last-level cache));\n"
+    "                    this and --evict-mib: at most half of the machine's memory\n"
     "  --evict-mib N     before every timed step, read N MiB of other memory, untimed, so that the step\n"
     "                    does not find the cache it read last in the last-level cache, as a model's\n"
     "                    decode comes back to a layer's cache only after the other layers' (default:\n"
@@ -159,6 +162,12 @@ static int parse_args(Args *a, int argc, char **argv)
     size_t llc_mib = (bench_llc_bytes() + (1u << 20) - 1) >> 20;
     o->bw_mib = 4 * llc_mib > 128 ? 4 * llc_mib : 128;
     o->evict_mib = llc_mib > 32 ? llc_mib : 32;
+    /* the probe's and the eviction's buffer is filled, every page touched: at most half of the memory (the
+     * defaults are cut to it; a larger value given is refused below) */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    size_t half_mib = pages > 0 && psz > 0 ? (size_t)((double)pages * (double)psz / 2.0 / 1048576.0) : SIZE_MAX;
+    if (o->bw_mib > half_mib) o->bw_mib = half_mib;
+    if (o->evict_mib > half_mib) o->evict_mib = half_mib;
     const char *formats = default_formats, *q_heads = NULL;
     size_t tmp[MAX_LIST], n;
     OptParser p;
@@ -247,6 +256,12 @@ static int parse_args(Args *a, int argc, char **argv)
         if (store_check(a->formats[k].k, o->T, o->D, "bench: --formats") ||
             store_check(a->formats[k].v, o->T, o->D, "bench: --formats"))
             return -1;
+    if (o->bw_mib > half_mib)
+        return kvc_fail("bench: --bw-mib: more than half of this machine's %zu MiB of memory (got %zu)", 2 * half_mib,
+                        o->bw_mib);
+    if (o->evict_mib > half_mib)
+        return kvc_fail("bench: --evict-mib: more than half of this machine's %zu MiB of memory (got %zu)",
+                        2 * half_mib, o->evict_mib);
     for (size_t m = 0; m < o->n_query; m++) {   /* the rounded modes: where they change something, and can run */
         if (o->query[m] == BENCH_QUERY_F32) continue;
         for (size_t k = 0; k < o->n_formats; k++) {
