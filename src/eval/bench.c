@@ -142,14 +142,14 @@ void bench_isa_flags(char *buf, size_t cap)
 
 /* ---- measurements -------------------------------------------------------------------------------------------- */
 
-/* Times `repeat` steps after one untimed warm-up; the last output stays in out. */
 /* The eviction read before a timed step (BenchPlan.evict_mib): the fused kernels' streaming read, its sum kept. */
 typedef struct Evict {
     const float *buf;
     size_t n;        /* floats; 0: none */
 } Evict;
 
-/* The buffers of a stored tensor (codes, scales, group parameters, low-rank basis) appended to buf / bytes. */
+/* The buffers of a stored tensor (codes, scales, group parameters, low-rank basis) appended to buf / bytes: what a
+ * row's floor reads (decode_read_cold). */
 static void tensor_buffers(const StoreTensor *st, const void **buf, size_t *bytes, size_t *nb)
 {
     const void *b[4] = {st->codes, st->scales, st->params, st->basis};
@@ -160,6 +160,8 @@ static void tensor_buffers(const StoreTensor *st, const void **buf, size_t *byte
 }
 static volatile float evict_sink;
 
+/* Times `repeat` steps after one untimed warm-up, each after the eviction read (none: ev->n 0); the last output
+ * stays in out. */
 static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat, const Evict *ev)
 {
     double *t = xmalloc((size_t)repeat * sizeof *t);
