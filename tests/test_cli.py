@@ -642,7 +642,7 @@ def size_and_provenance_checks():
 
     # kvc bench: JSON rows (the CSV's columns, ms_mad and outliers), the provenance in json, --csv-file's sidecar
     tiny = ["bench", "--tokens", "1Ki", "--kv-heads", "1", "--head-dim", "32", "--formats", "f16,q8_0", "--threads",
-            "1", "--repeat", "5", "--naive-repeat", "0", "--bw-mib", "4"]
+            "1", "--repeat", "5", "--naive-repeat", "0", "--bw-mib", "4", "--evict-mib", "4"]
     rc, out, err = run(tiny + ["--format", "csv"])
     header = out.split("\n")[0].split(",") if rc == 0 else []
     rc, out, err = run(tiny + ["--format", "jsonl"])

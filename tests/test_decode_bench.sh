@@ -10,7 +10,7 @@ ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; fail=1; }
 
 "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2,4 --head-dim 64 --formats f16,int4,q8_0,e4m3,lr16/f16,int4ch/int4 \
-    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/csv" 2>"$tmp/err"
+    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --evict-mib 4 --format csv >"$tmp/csv" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ]; then ok bench-smoke-exit-0; else bad bench-smoke-exit-0 "exit $rc: $(head -c 300 "$tmp/err")"; fi
 head -n 1 "$tmp/csv" | grep -q '^format,k_format,v_format,layers,kv_heads,q_heads,tokens,head_dim,threads,isa,bytes,ms_median,ms_min,ms_max,gbps,bw_gbps,pct_bw,pct_bw_best,k_ms,naive_ms,naive_over_fused,rel_err,tol,ok,threads_identical,query$' \
@@ -32,7 +32,7 @@ int4=$(awk -F, '$1 == "int4" {print $11; exit}' "$tmp/csv")
 # KIVI: 172 quantized tokens (4-bit codes, FP16 scale and min per group of 32) and the 128-token FP16 residual;
 # bytes are the stored ones: per head K 5504 codes + 1536 params, V 5504 + 1376, residual 2 * 16384
 "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2,4 --head-dim 64 --formats kivi4,kivi2 --threads 1,2 --repeat 2 \
-    --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/kivi" 2>"$tmp/err"
+    --naive-repeat 1 --bw-mib 8 --evict-mib 4 --format csv >"$tmp/kivi" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ]; then ok bench-kivi-exit-0; else bad bench-kivi-exit-0 "exit $rc: $(head -c 300 "$tmp/err")"; fi
 rows=$(tail -n +2 "$tmp/kivi" | wc -l)
@@ -43,7 +43,7 @@ k4=$(awk -F, '$1 == "kivi4" {print $11; exit}' "$tmp/kivi")
 k2=$(awk -F, '$1 == "kivi2" {print $11; exit}' "$tmp/kivi")
 [ "$k4" = 93376 ] && [ "$k2" = 82368 ] && ok bench-kivi-bytes || bad bench-kivi-bytes "kivi4 $k4 (want 93376), kivi2 $k2 (want 82368)"
 # table: the machine description at the top, one line per row
-"$KVC" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16,q4_0 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
+"$KVC" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16,q4_0 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 --evict-mib 4 \
     >"$tmp/txt" 2>/dev/null
 head -n 1 "$tmp/txt" | grep -q '^# kvc .* bench$' && grep -q '^# cpu: ' "$tmp/txt" && grep -q '^# bandwidth' "$tmp/txt" \
     && grep -q '^q4_0 ' "$tmp/txt" && ok bench-table-machine-header || bad bench-table-machine-header "$(head -n 3 "$tmp/txt")"
@@ -52,7 +52,7 @@ head -n 1 "$tmp/txt" | grep -q '^# kvc .* bench$' && grep -q '^# cpu: ' "$tmp/tx
 # the ggml block types q4_1, q5_0, q5_1, iq4_nl (fused kernels), GQA, 1 and 2 threads: accurate, thread-invariant,
 # bytes 20 / 22 / 24 / 18 per 32 values (lr32:q5_1 keys: 24 per token and the FP16 basis 32 x 64)
 "$KVC" bench --tokens 200 --kv-heads 1 --q-heads 1,4 --head-dim 64 --formats q4_1,q5_0,q5_1,iq4_nl,lr32:q5_1/iq4_nl \
-    --threads 1,2 --repeat 1 --naive-repeat 1 --bw-mib 4 --format csv >"$tmp/ggml" 2>"$tmp/err"
+    --threads 1,2 --repeat 1 --naive-repeat 1 --bw-mib 4 --evict-mib 4 --format csv >"$tmp/ggml" 2>"$tmp/err"
 rc=$?
 rows=$(tail -n +2 "$tmp/ggml" | wc -l)
 nok=$(tail -n +2 "$tmp/ggml" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
@@ -76,7 +76,7 @@ bytes=$(tail -n +2 "$tmp/ggml" | awk -F, '$9 == 1 && $6 == 1 {printf "%s=%s ", $
 
 # --query: the rounded-query rows next to the f32 ones; where the VNNI kernels are missing, a usage error
 "$KVC" bench --tokens 3000 --kv-heads 2 --q-heads 2,8 --head-dim 128 --formats int8,q4_0 --query f32,int16,int8 \
-    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --format csv >"$tmp/q" 2>"$tmp/err"
+    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --evict-mib 4 --format csv >"$tmp/q" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ]; then
     # per row: query, rel_err, ok, threads identical, naive_ms; f32 within 1e-5 with a naive time, int16 in
