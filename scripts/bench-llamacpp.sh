@@ -18,8 +18,8 @@
 # ROUNDS (default 3), OUT (default results/bench-llamacpp.txt), JOBS (build jobs, default 2), SHAPE (the
 # fa_bench/kvc bench shape options; default the issue's; with --q-heads 32, G = 4), EXTRA (llama.cpp's other KV
 # types, one run each; empty: none), EVICT (MiB read, untimed, before every timed step of both programs, so that
-# neither finds its cache in the last-level cache; default: the last-level cache's size as kvc bench takes it,
-# at least 32; 0: steps back to back, as before 2026-12-02).
+# neither finds its cache in the last-level cache; default: kvc bench's own --evict-mib default, read from its
+# plan; 0: steps back to back, as before 2026-12-02).
 set -eu
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${KVC_LLAMACPP_DIR:-${TMPDIR:-/tmp}/kvc-llamacpp}
@@ -33,10 +33,6 @@ FORMATS=f16,q8_0,q4_0
 EXTRA=${EXTRA-q4_1,q5_0,q5_1,iq4_nl,bf16}
 QH=$(echo "$SHAPE" | sed -n 's/.*--q-heads \([0-9][0-9]*\).*/\1/p'); QH=${QH:-8}   # kvc bench's rows name it
 mkdir -p "$WORK"
-if [ -z "${EVICT:-}" ]; then   # cpu0's largest cache in MiB (sysfs sizes such as 491520K), at least 32
-    EVICT=$(cat /sys/devices/system/cpu/cpu0/cache/index*/size 2>/dev/null |
-        awk '{ v = $1 + 0; if ($1 ~ /M$/) v *= 1024; if (v > m) m = v } END { m = int((m + 1023) / 1024); print (m > 32) ? m : 32 }')
-fi
 
 # 1. source
 if [ ! -d "$WORK/llama.cpp/.git" ]; then
@@ -64,6 +60,11 @@ $CC -O2 -std=c11 -Wall -Wextra -I"$WORK/llama.cpp/ggml/include" "$REPO/scripts/l
 
 # 4. kvc, then the runs: per round llama.cpp (llama's token-major KV cache), kvc, llama.cpp (head-major)
 [ -x "$REPO/kvc" ] || make -C "$REPO" -j "$JOBS" kvc >/dev/null
+if [ -z "${EVICT:-}" ]; then   # kvc bench's own default --evict-mib, from the plan of a one-step run
+    EVICT=$("$REPO/kvc" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16 --threads 1 --repeat 1 \
+        --naive-repeat 0 --bw-mib 1 --format json 2>/dev/null | sed -n 's/.*"evict_mib":[[:space:]]*\([0-9][0-9]*\).*/\1/p')
+    [ -n "$EVICT" ] || { echo "bench-llamacpp.sh: could not read kvc bench's --evict-mib default" >&2; exit 1; }
+fi
 RAW="$WORK/raw"; rm -rf "$RAW"; mkdir -p "$RAW"
 LLAMA_CMD="fa_bench $SHAPE --types $FORMATS --threads 1,2 --repeat $REPEAT --evict-mib $EVICT"
 KVC_CMD="kvc bench $SHAPE --threads 1,2 --formats $FORMATS --repeat $REPEAT --evict-mib $EVICT --naive-repeat 0"

@@ -99,7 +99,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
 # and 8, 1 thread; results/bench-query.csv, and its table and the 1-thread targets per mode in results/bench.txt.
 # Needs the AVX512_VNNI kernels: elsewhere kvc bench refuses --query int16 / int8 and the section says so.
 if $KVC bench --tokens 64 --kv-heads 1 --head-dim 64 --formats int8 --query int8 --threads 1 --repeat 1 \
-        --naive-repeat 0 --bw-mib 1 > /dev/null 2>results/bench-query.err.tmp; then
+        --naive-repeat 0 --bw-mib 1 --evict-mib 0 > /dev/null 2>results/bench-query.err.tmp; then
     $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 128 --threads 1 --repeat 10 \
         --naive-repeat 0 --formats int8,q8_0,int4,q4_0 --query f32,int16,int8 --csv-file results/bench-query.csv.tmp \
         "$@" > results/bench-query.txt.tmp

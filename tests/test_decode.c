@@ -679,6 +679,7 @@ static void rounded_score_tests(void)
                             float *qo = xmalloc(G * W * sizeof *qo);
                             float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
                             double *qd = xmalloc(G * W * sizeof *qd), *v = xmalloc(G * W * sizeof *v);
+                            float *sqh = xmalloc(G * sizeof *sqh);
                             rng_normal_fill(&r, qd, G * W);
                             for (size_t i = 0; i < G * W; i++)
                                 q[i] = qk == 2 ? 0.0f : (float)(qd[i] * (qk == 3 ? 1e-35 : 1.0));
@@ -688,19 +689,18 @@ static void rounded_score_tests(void)
                                 for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + perm[j]];
                             for (size_t i = 0; i < G * 64; i++) s[i] = NAN;
                             ks->scores[f.type](s, 64, qo, G, &k, t0, n, scr);
-                            int rounded = takes;   /* a head whose scale is not a normal float: all fall back */
+                            /* each head's scale; a head whose scale is not a normal float: all heads fall back */
+                            int rounded = takes;
                             for (size_t g = 0; g < G; g++) {
                                 float m = 0.0f;
                                 for (size_t j = 0; j < W; j++)
                                     if (fabsf(q[g * W + j]) > m) m = fabsf(q[g * W + j]);
-                                if (m > 0.0f && !((float)((double)m / qmax) >= FLT_MIN)) rounded = 0;
+                                sqh[g] = m > 0.0f ? (float)((double)m / qmax) : 1.0f;
+                                if (!(sqh[g] >= FLT_MIN)) rounded = 0;
                             }
                             double e_round = 0, e_exact = 0;
                             for (size_t g = 0; g < G; g++) {
-                                float m = 0.0f;
-                                for (size_t j = 0; j < W; j++)
-                                    if (fabsf(q[g * W + j]) > m) m = fabsf(q[g * W + j]);
-                                const float sq = m > 0.0f ? (float)((double)m / qmax) : 1.0f;
+                                const float sq = sqh[g];
                                 for (size_t j = 0; j < W; j++) {
                                     double t = nearbyint((double)q[g * W + j] / (double)sq);
                                     v[g * W + j] = t > qmax ? qmax : t < -qmax ? -qmax : t;
@@ -742,7 +742,7 @@ static void rounded_score_tests(void)
                             } else {
                                 check(e_exact < DECODE_TOL, name, "float32 fallback: vs the query %.3g", e_exact);
                             }
-                            free(q), free(qo), free(s), free(scr), free(qd), free(v);
+                            free(q), free(qo), free(s), free(scr), free(qd), free(v), free(sqh);
                         }
                 free(deq), free(perm);
                 store_free(&st);

@@ -684,9 +684,10 @@ VNNI_INLINE void vn_heads(const int F, const int ND, const int GC, const int TT,
     }
 }
 
-/* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 keys for the G heads: the TT tiles transposed once (and q8_0's block
- * scales gathered once), then the heads in groups of 4, 2, 1 (12, or with two tiles 12 and 6, accumulation
- * chains: vpdpbusd's latency is 5 cycles at 2 per cycle). */
+/* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 / int4 / q4_0 keys for the G heads: the TT tiles transposed once (and
+ * the block scales gathered once), then the heads in groups of 4, 2, 1 (3 digits: 12, or with two tiles 12 and 6,
+ * accumulation chains; 2 digits 8-16; 1 digit, two accumulators per head, 8-16: vpdpbusd's latency is 5 cycles
+ * at 2 per cycle). */
 VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size_t ls, const int32_t *qd,
                          const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
