@@ -10,7 +10,7 @@
  * (the kernels' cost does not depend on the values; the bytes are read from memory all the same).
  *
  * Not a test (no PASS lines; tests/run.sh does not run it): scripts/bench.sh (make bench) writes its table to
- * results/bench-kernels.txt. Usage: bench_kernels [MiB]. */
+ * results/bench-kernels.txt. Usage: bench_kernels [MiB [FORMAT [G]]] (FORMAT, G: that row alone). */
 #include "base/rng.h"
 #include "base/util.h"
 #include "decode/decode.h"
@@ -58,7 +58,10 @@ int main(int argc, char **argv)
     rng r;
     rng_seed_u64(&r, 5);
     double *x = xmalloc((size_t)N * W * sizeof *x);
+    const char *only_f = argc > 2 ? argv[2] : NULL;
+    const size_t only_g = argc > 3 ? (size_t)strtoul(argv[3], NULL, 10) : 0;
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+        if (only_f && strcmp(only_f, fmts[fi]) != 0) continue;
         StoreFormat f;
         if (store_format_parse(&f, fmts[fi], "format")) return 1;
         StoreTensor st;
@@ -77,6 +80,7 @@ int main(int argc, char **argv)
         const double floor_ns = (double)(rb + (scaled ? 2 : 0)) / gbps;
         for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
             const size_t G = Gs[gi];
+            if (only_g && G != only_g) continue;
             float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * N * sizeof *s), *p = xmalloc(G * N * sizeof *p);
             float *acc = xcalloc(G * W, sizeof *acc), *scr = xalloc64(DECODE_SCRATCH(G, W) * sizeof *scr);
             for (size_t i = 0; i < G * W; i++) q[i] = (float)rng_standard_normal(&r);

@@ -73,6 +73,38 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
+/* A key tile's software prefetch, spread over its work: the bytes of the tile two tiles ahead, a few lines per step
+ * of the tile's loop instead of one burst at its start. Bursts overlapped poorly with the work on an AMD EPYC
+ * (Zen 5) VM: bench_kernels, keys streamed from memory at G = 4, ns a row, burst PF_AHEAD bytes ahead -> spread one
+ * tile ahead -> spread two tiles ahead: int8 10.7 -> 7.7 -> 6.3, f16 13.2 -> 9.4 -> 7.8, e4m3 (G = 8) 22.0 -> 13.9
+ * -> 12.3 (in L2: 5.3-5.5, 6.0-6.2, 11.5-11.9); three tiles ahead measured the same as two. The value kernels
+ * spread theirs for the same reason (val_cols). */
+typedef struct {
+    const char *p;          /* the first line */
+    size_t lines, per;      /* lines; lines per step */
+} Prefetch;
+INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
+{
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+    const size_t lines = ((uintptr_t)p + n - a + 63) / 64;
+    return (Prefetch){.p = (const char *)a, .lines = lines, .per = (lines + steps - 1) / steps};
+}
+INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes; }
+/* step j of the tile's loop: its share of the lines */
+INLINE void pf_step(const Prefetch *c, size_t j)
+{
+    for (size_t l = j * c->per; l < (j + 1) * c->per && l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
+}
+/* one line per step j (loops whose steps must stay light; pf_rest issues what is left) */
+INLINE void pf_line(const Prefetch *c, size_t j)
+{
+    if (j < c->lines) _mm_prefetch(c->p + 64 * j, _MM_HINT_T0);
+}
+INLINE void pf_rest(const Prefetch *c, size_t from)
+{
+    for (size_t l = from; l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
+}
+
 /* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
  * (1 where the rows have none). */
 INLINE __m512 tile_scale(const KRows *k, size_t t, size_t r0, size_t nr, __mmask16 *mk)
@@ -83,15 +115,15 @@ INLINE __m512 tile_scale(const KRows *k, size_t t, size_t r0, size_t nr, __mmask
 }
 
 /* The row pointers of TT transposed tiles of 16 rows from base (rows past nr repeat row nr - 1, their scores are
- * not stored), the rows prefetched ahead. */
-INLINE void tile_rows(const uint8_t *rp[2][16], const uint8_t *base, size_t rb, size_t nr, const int TT)
+ * not stored); the prefetch of the rows two tiles ahead, spread over steps (pf_spread). */
+INLINE Prefetch tile_rows(const uint8_t *rp[2][16], const uint8_t *base, size_t rb, size_t nr, const int TT, size_t steps)
 {
-    prefetch_range(base + PF_AHEAD, nr * rb);
     UNROLL for (int T = 0; T < TT; T++)
         UNROLL for (int r = 0; r < 16; r++) {
             const size_t row = (size_t)(16 * T + r);
             rp[T][r] = base + (row < nr ? row : nr - 1) * rb;
         }
+    return pf_spread(base + pf_dist(16 * (size_t)TT * rb), nr * rb, steps);
 }
 
 /* The table of code values n - 8, n = 0..15 (both formats). */
@@ -190,7 +222,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     __m512 buf[KT * 8];   /* buf[r * GC + g]: the accumulator of row r, head g */
     const uint8_t *base = k->codes + t * rb;
-    prefetch_range(base + PF_AHEAD, nr * rb);
+    Prefetch pf = pf_spread(base + pf_dist(KT * rb), nr * rb, KT / (size_t)R * nu);
     for (size_t r0 = 0; r0 < KT; r0 += (size_t)R) {
         if (r0 >= nr) {
             UNROLL for (int m = 0; m < R * GC; m++) buf[r0 * (size_t)GC + (size_t)m] = _mm512_setzero_ps();
@@ -202,6 +234,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         UNROLL for (int m = 0; m < R * GC * A; m++) a[m] = _mm512_setzero_ps();
         for (size_t u = 0; u < nu; u++) {
             __m512 x[4][2];
+            pf_step(&pf, r0 / (size_t)R * nu + u);
             UNROLL for (int r = 0; r < R; r++) cvt32(F, GC < 8, rp[r] + u * UB, lut, x[r]);
             UNROLL for (int g = 0; g < GC; g++) {
                 __m512 q0 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u);
@@ -217,6 +250,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         UNROLL for (int m = 0; m < R * GC; m++)
             buf[r0 * (size_t)GC + (size_t)m] = A == 2 ? _mm512_add_ps(a[2 * m], a[2 * m + 1]) : a[m];
     }
+    pf_rest(&pf, (nr + (size_t)R - 1) / (size_t)R * nu * pf.per);   /* rounds past nr take no steps */
     __mmask16 mk;
     const __m512 sc = tile_scale(k, t, 0, nr, &mk);
     UNROLL for (int g = 0; g < GC; g++) {
@@ -276,7 +310,7 @@ INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t
     const __m512 lut = F == F_KIVI ? lut_raw() : lut_centred();
     uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
     const uint8_t *rp[2][16];
-    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
+    Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, TT, nz * 32);
     __m512 a[2][8];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int m = 0; m < 8; m++) a[T][m] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
@@ -284,6 +318,7 @@ INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t
         const float *qz = qt + 128 * z;
         for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
             __m512 lo[2][2], hi[2][2];
+            pf_step(&pf, 32 * z + P / 2);
             UNROLL for (int T = 0; T < TT; T++)
                 UNROLL for (int e = 0; e < 2; e++) {
                     __m512i b = _mm512_cvtepu8_epi32(
@@ -371,7 +406,7 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
     const size_t W = k->W, nz = W / 64, rb = k->row_bytes;
     uint8_t tb[2][16 * 64] __attribute__((aligned(64)));
     const uint8_t *rp[2][16];
-    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
+    Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, TT, nz * 64);
     __m512 a[2][8];
     UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < 8; g++) a[T][g] = _mm512_setzero_ps();
     for (size_t z = 0; z < nz; z++) {
@@ -379,6 +414,7 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
         const float *qz = qt + 64 * z;
         for (size_t P = 0; P < 64; P++) {
             __m512 x[2];
+            pf_step(&pf, 64 * z + P);
             UNROLL for (int T = 0; T < TT; T++) x[T] = cvt_col8(F, tb[T] + 16 * P);
             UNROLL for (int g = 0; g < 8; g++) {
                 const __m512 q = _mm512_set1_ps(qz[(size_t)g * W + P]);
@@ -635,7 +671,7 @@ VNNI_INLINE __m512 vn_combine(const int ND, const __m512i *a)
  * of 16 rows each) of rows t.., scores at s + i; q8_0: dsc[T][b] the 16 rows' scales of block b. */
 VNNI_INLINE void vn_heads(const int F, const int ND, const int GC, const int TT, float *s, size_t ls, const int32_t *qd,
                           const int32_t *cor, const float *sq, size_t GN, const int32_t *tb, const __m512 *dsc,
-                          const KRows *k, size_t t, size_t i, size_t nr)
+                          const KRows *k, size_t t, size_t i, size_t nr, const Prefetch *pf)
 {
     const size_t W = k->W, nw = W / 4, bw = is_block(F) ? 8 : nw;   /* column words per block */
     const int NA = vn_nacc(ND);
@@ -654,6 +690,7 @@ VNNI_INLINE void vn_heads(const int F, const int ND, const int GC, const int TT,
                 UNROLL for (int T = 0; T < TT; T++)
                     x[T] = _mm512_load_si512((const void *)(tb + ((size_t)T * nw + c + (size_t)cc) * 16));
                 const int32_t *qc = qd + (c + (size_t)cc) * GN;
+                if (pf) UNROLL for (int T = 0; T < TT; T++) pf_line(pf, (size_t)TT * (c + (size_t)cc) + (size_t)T);
                 UNROLL for (int g = 0; g < GC; g++)
                     UNROLL for (int e = 0; e < ND; e++) {
                         const int A = ND == 1 ? cc % 2 : e;   /* one digit: even / odd column words */
@@ -696,7 +733,7 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
     int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
     __m512 dsc[2 * 16];   /* q8_0 / q4_0: W / 32 <= 16 blocks */
     const uint8_t *rp[2][16];
-    tile_rows(rp, k->codes + t * rb, rb, nr, TT);
+    Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, TT, nw), *pp = &pf;   /* over the first heads' words */
     UNROLL for (int T = 0; T < TT; T++)
         for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + cw * z) * 16);
     if (is_block(F)) {   /* rows past nr repeat row nr - 1 (tile_rows) */
@@ -713,12 +750,14 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
         }
     }
     size_t h = 0, N = (size_t)ND;
-    for (; h + 4 <= G; h += 4) vn_heads(F, ND, 4, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
+    for (; h + 4 <= G; h += 4, pp = NULL)
+        vn_heads(F, ND, 4, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr, pp);
     if (h + 2 <= G) {
-        vn_heads(F, ND, 2, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
-        h += 2;
+        vn_heads(F, ND, 2, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr, pp);
+        h += 2, pp = NULL;
     }
-    if (h < G) vn_heads(F, ND, 1, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr);
+    if (h < G) vn_heads(F, ND, 1, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr, pp);
+    pf_rest(&pf, (size_t)TT * nw);
 }
 
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
