@@ -44,8 +44,9 @@ int main(int argc, char **argv)
     }
     const double gbps = (double)nf * sizeof *buf / median(sec, 5) / 1e9;
     free(buf);
-    printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s; W = %d columns; one thread\n", ks->name,
-           decode_vnni() ? " with VNNI integer keys" : "", W);
+    printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s; W = %d columns; one thread\n", ks->name,
+           decode_vnni() ? " with VNNI integer keys" : "",
+           strcmp(ks->name, "avx512") ? "" : decode_avx512_one_head_avx2() ? ", one head on the AVX2 kernels" : ", one head on its own", W);
     printf("# read bandwidth %.2f GB/s (median of 5 reads of %zu MiB); floor = row bytes / bandwidth\n", gbps, mib);
     printf("# ns per cached row: L2 = rows in L2 (the kernel's work), mem = a %zu MiB cache streamed once per pass;\n"
            "# step = keys mem + values mem (the kernels only: no softmax); %%floor = both sides' floor / step;\n"

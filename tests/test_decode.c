@@ -170,6 +170,7 @@ static double rel_err(const float *a, const double *b, size_t n)
 
 static const char *const impl_name[] = {"fused", "ref", "naive"};
 static double worst_err[3];
+static const char *case_tag = "";   /* appended to run_case's check names (the one-head choice re-run) */
 static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes) */
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
@@ -189,7 +190,8 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
         if (impl == 0 && G >= 2 && e > worst_int_keys &&
             (!strcmp(kname, "int8") || !strcmp(kname, "q8_0") || !strcmp(kname, "int4") || !strcmp(kname, "q4_0")))
             worst_int_keys = e;
-        snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double", impl_name[impl], kname, vname, T, D, G);
+        snprintf(name, sizeof name, "decode-%s-%s/%s-T%zu-D%zu-G%zu-vs-double%s", impl_name[impl], kname, vname, T, D, G,
+                 case_tag);
         snprintf(why, sizeof why, "relative error %.3g > %g", e, DECODE_TOL);
         check(e < DECODE_TOL, name, "%s", why);
     }
@@ -200,7 +202,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
             den += (double)o[1][i] * o[1][i];
         }
         double e = den == 0 ? sqrt(num) : sqrt(num / den);
-        snprintf(name, sizeof name, "decode-fused-vs-ref-%s/%s-T%zu-D%zu-G%zu", kname, vname, T, D, G);
+        snprintf(name, sizeof name, "decode-fused-vs-ref-%s/%s-T%zu-D%zu-G%zu%s", kname, vname, T, D, G, case_tag);
         snprintf(why, sizeof why, "relative difference %.3g > %g", e, DECODE_TOL);
         check(e < DECODE_TOL, name, "%s", why);
     }
@@ -211,7 +213,8 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
             if (!ot || memcmp(ot, o[0], n * sizeof *ot) != 0) same = 0;
             free(ot);
         }
-        snprintf(name, sizeof name, "decode-threads-1-2-3-identical-%s/%s-T%zu-D%zu-G%zu", kname, vname, T, D, G);
+        snprintf(name, sizeof name, "decode-threads-1-2-3-identical-%s/%s-T%zu-D%zu-G%zu%s", kname, vname, T, D, G,
+                 case_tag);
         check(same, name, "the output changed with the thread count");
         float *ok = run(&c, DECODE_FUSED, 2, DECODE_KEYS);
         double worst = 0;
@@ -219,7 +222,7 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
             double e = fabs(ok[i * D] - c.ref_max[i]) / (1.0 + fabs(c.ref_max[i]));
             if (!(e <= worst)) worst = e;
         }
-        snprintf(name, sizeof name, "decode-keys-mode-max-score-%s-T%zu-D%zu-G%zu", kname, T, D, G);
+        snprintf(name, sizeof name, "decode-keys-mode-max-score-%s-T%zu-D%zu-G%zu%s", kname, T, D, G, case_tag);
         snprintf(why, sizeof why, "max score off by %.3g", worst);
         check(ok && worst < DECODE_TOL, name, "%s", why);
         free(ok);
@@ -898,6 +901,36 @@ int main(void)
         run_case(direct[i], direct[i], 1, 1, 1, 77, 256, 0);
     }
     run_case("int4ch", "int4", 1, 2, 1, 300, 128, 1);
+    /* the AVX-512 sets' other one-head choice (kernels.h, decode_avx512_one_head_set: the AVX2 set's one-head
+     * kernels, or the AVX-512 and VNNI kernels at one head), whichever this CPU does not default to */
+    if (!strcmp(decode_isa(), "avx512")) {
+        const int was = decode_avx512_one_head_avx2();
+        decode_avx512_one_head_set(!was);
+        case_tag = was ? "-one-head-avx512" : "-one-head-avx2";
+        for (size_t i = 0; i < sizeof direct / sizeof direct[0]; i++) {
+            run_case(direct[i], direct[i], 1, 2, 1, 2049, 128, 1);
+            run_case(direct[i], direct[i], 1, 1, 1, 77, 64, 0);
+        }
+        run_case("f16", "int8", 1, 1, 1, 45, 37, 0);   /* column tails: the AVX2 slot either way */
+        /* the choice takes effect: the two choices' kernels round differently (f16 keys: one shuffle tree per 16
+         * rows or the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones) */
+        static const char *const differ[] = {"f16", "int8", "q8_0"};
+        for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+            Case c1;
+            case_init(&c1, differ[i], differ[i], 1, 2, 1, 300, 128, 77);
+            float *a = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
+            decode_avx512_one_head_set(was);
+            float *b = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
+            decode_avx512_one_head_set(!was);
+            char nm[96];
+            snprintf(nm, sizeof nm, "decode-one-head-choice-changes-the-kernels-%s", differ[i]);
+            check(a && b && memcmp(a, b, 2 * 128 * sizeof *a) != 0, nm, "the same output bits under both choices");
+            free(a), free(b);
+            case_free(&c1);
+        }
+        decode_avx512_one_head_set(was);
+        case_tag = "";
+    }
     /* int4 keys in float with the codes read as 0..15 (the query sum subtracted): widths that are not a multiple
      * of 64, column tails, G = 1 / 2 / 5 */
     run_case("int4", "int4", 1, 1, 5, 50, 72, 0);

@@ -73,7 +73,10 @@ double decode_now(void)
 static unsigned cpu_features(void)
 {
     unsigned a, b, c, d, f = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;   /* "AuthenticAMD" */
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    if (amd) f |= DECODE_CPU_AMD;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     if (c & (1u << 12)) f |= DECODE_CPU_FMA;
     if (c & (1u << 29)) f |= DECODE_CPU_F16C;

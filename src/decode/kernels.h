@@ -119,6 +119,13 @@ const KernelSet *decode_kernels_avx2(void);
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
+/* One query head per KV head (G = 1) in the AVX-512 sets: f16 keys and values, int8 keys, q8_0 keys and values and
+ * q4_0 keys (without VNNI) take the AVX2 set's one-head kernels (1; measured faster on an Intel Sapphire Rapids VM) or their own (0;
+ * measured faster on an AMD Zen 5 VM, with int8, q8_0 and int4 keys on the VNNI kernels). Default: 0 on AMD
+ * (cpuid's vendor), else 1; KVC_ONE_HEAD=avx2 or avx512 chooses. decode_avx512_one_head_set, for tests, changes
+ * it for the calls that follow (not while a decoder runs). */
+int decode_avx512_one_head_avx2(void);
+void decode_avx512_one_head_set(int avx2);
 /* The VNNI set with the int8, q8_0, int4 and q4_0 key slots taking the query rounded to `digits` 8-bit digits
  * (2: an int16 query, 1: an int8 query, as ggml's q8_0) at any number of heads: faster, and less accurate than
  * DECODE_TOL (kernels_avx512.c, "rounded-query sets"). Other slots as the VNNI set. NULL for other digit counts,

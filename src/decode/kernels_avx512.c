@@ -57,6 +57,7 @@
 
 #include <float.h>
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UNROLL _Pragma("GCC unroll 16")
@@ -1092,10 +1093,22 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
+/* The one-head choice (kernels.h, decode_avx512_one_head_avx2): 1 = the AVX2 set's kernels for one query head per
+ * KV head where ONE_AVX2 / ONE_AVX2_V below say so, and the VNNI keys from two heads; 0 = this file's kernels at
+ * one head too (VNNI keys from one head). Measured on an AMD EPYC (Zen 5) VM, bench_kernels, one head, medians of
+ * 3, ns a row in L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 / 6.8, f16 values 5.6 / 7.9 -> 2.1 /
+ * 6.8, int8 keys 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 / 6.4 -> VNNI 4.3 / 5.0, q8_0 values
+ * 6.2 / 6.7 -> 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 / 3.4; kvc bench, 65536 tokens x 8
+ * KV heads, 1 thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9, q8_0 6.9 -> 5.2, int4 3.8 ->
+ * 3.5. On an Intel Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). */
+static int one_avx2 = 1;
+static size_t vn_ming(void) { return one_avx2 ? 2 : 1; }
+
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values): q4_0's, int8's and q8_0's keys, q8_0's and
- * f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the query, f16's
- * streaming, measured as fast or faster there; f16's values took 24 instead of 14-15 ns a row here). Not int4,
+ * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) and one_avx2: q4_0's, int8's and q8_0's keys,
+ * q8_0's and f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the
+ * query, f16's streaming, measured as fast or faster there on the Intel VM; f16's values took 24 instead of 14-15
+ * ns a row here, before the tiles' spread prefetch). Not int4,
  * whose column order here differs from the AVX2 set's; not (bench_kernels, one head, streamed, ns a row, AVX2 ->
  * here) q4_0's values (8.5-8.9 -> 6.3), int8's values (9.6 -> 7.3-7.5), e4m3's keys (11.0-11.2 -> 10.1-10.7) and
  * values (9.8-10.0 -> 7.3-7.8). */
@@ -1103,7 +1116,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
-        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1)) {                                                          \
+        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1 && one_avx2)) {                                              \
             avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
             return;                                                                                            \
         }                                                                                                      \
@@ -1113,7 +1126,7 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
     {                                                                                                          \
-        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1)) {                                                        \
+        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1 && one_avx2)) {                                            \
             avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
             return;                                                                                            \
         }                                                                                                      \
@@ -1158,17 +1171,17 @@ static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
 }
 /* slot NAME: VNNI when vn_takes(G, MING, k, UNIT) and VNNI accepts the query, else FALLBACK. q4_0 takes one head
  * too (MING 1: bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2
- * one-head kernel); int8, q8_0 and int4 at one head were as fast or slower streamed (int8 10.1 -> 9.6, q8_0 9.7 ->
- * 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there. */
+ * one-head kernel); on the Intel VM int8, q8_0 and int4 at one head were as fast or slower streamed (int8 10.1 ->
+ * 9.6, q8_0 9.7 -> 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there when one_avx2 (vn_ming). */
 #define VN_SLOT(NAME, UNIT, MING, VNNI, FALLBACK)                                                                     \
     static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
         if (vn_takes(G, MING, k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                           \
         FALLBACK(s, ls, qp, G, k, t0, n, scr);                                                                      \
     }
-VN_SLOT(scores_int8, 64, 2, scores_int8_vnni, scores_int8_f32)
-VN_SLOT(scores_q8_0, 64, 2, scores_q8_0_vnni, scores_q8_0_f32)
-VN_SLOT(scores_int4_vn, 128, 2, scores_int4_vnni, scores_int4)
+VN_SLOT(scores_int8, 64, vn_ming(), scores_int8_vnni, scores_int8_f32)
+VN_SLOT(scores_q8_0, 64, vn_ming(), scores_q8_0_vnni, scores_q8_0_f32)
+VN_SLOT(scores_int4_vn, 128, vn_ming(), scores_int4_vnni, scores_int4)
 VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
 /* the rounded-query sets: the fewer-digit kernels at any number of heads */
 #define VN_ROUNDED(ND)                                                                                               \
@@ -1221,6 +1234,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     const unsigned f = decode_cpu_features();
     if ((f & need) != need) return NULL;
     if (!ready) {
+        const char *oh = getenv("KVC_ONE_HEAD");
+        one_avx2 = oh && strcmp(oh, "avx2") == 0 ? 1 : oh && strcmp(oh, "avx512") == 0 ? 0 : !(f & DECODE_CPU_AMD);
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
         kernels_avx512 = *a;
@@ -1251,6 +1266,9 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
 }
 
+__attribute__((target("no-avx512f"))) int decode_avx512_one_head_avx2(void) { return one_avx2; }
+__attribute__((target("no-avx512f"))) void decode_avx512_one_head_set(int avx2) { one_avx2 = avx2 != 0; }
+
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
 {
     if ((digits != 1 && digits != 2) || !decode_kernels_avx512(1) ||
@@ -1261,6 +1279,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rou
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
+int decode_avx512_one_head_avx2(void) { return 1; }
+void decode_avx512_one_head_set(int avx2) { (void)avx2; }
 const KernelSet *decode_kernels_avx512(int vnni)
 {
     (void)vnni;
