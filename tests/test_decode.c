@@ -901,6 +901,11 @@ int main(void)
         run_case(direct[i], direct[i], 1, 1, 1, 77, 256, 0);
     }
     run_case("int4ch", "int4", 1, 2, 1, 300, 128, 1);
+    /* q8_0 / q4_0 keys whose block count is not a multiple of 4 (the VNNI tiles read the block scales 4 blocks at a
+     * time: 6 and 10 blocks end on a group of 2), and 12 blocks */
+    run_case("q8_0", "q8_0", 1, 1, 4, 70, 192, 0);
+    run_case("q8_0", "f16", 1, 2, 2, 45, 320, 0);
+    run_case("q4_0", "q4_0", 1, 1, 4, 70, 384, 0);
     /* the AVX-512 sets' other one-head choice (kernels.h, decode_avx512_one_head_set: the AVX2 set's one-head
      * kernels, or the AVX-512 and VNNI kernels at one head), whichever this CPU does not default to */
     if (!strcmp(decode_isa(), "avx512")) {
