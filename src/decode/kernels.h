@@ -115,7 +115,7 @@ extern const KernelSet decode_kernels_ref;
 const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
  * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd) for two or
- * more heads (q4_0 also for one).
+ * more heads (q4_0 also for one; all four for one where the one-head choice below is 0).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);

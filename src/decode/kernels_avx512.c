@@ -758,7 +758,7 @@ VNNI_INLINE void vn_block_scales(const size_t BB, size_t nb, const uint8_t *cons
 }
 
 /* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 / int4 / q4_0 keys for the G heads: the TT tiles transposed once (and
- * the block scales gathered once), then the heads in groups of 4, 2, 1 (3 digits: 12, or with two tiles 12 and 6,
+ * the block scales read once, vn_block_scales), then the heads in groups of 4, 2, 1 (3 digits: 12, or with two tiles 12 and 6,
  * accumulation chains; 2 digits 8-16; 1 digit, two accumulators per head, 8-16: vpdpbusd's latency is 5 cycles
  * at 2 per cycle). */
 VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size_t ls, const int32_t *qd,
