@@ -32,6 +32,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: MiB must be 16..65536 (got %s)\n", argv[1]);
         return 2;
     }
+    const char *only_f = argc > 2 ? argv[2] : NULL;
+    const size_t only_g = argc > 3 ? (size_t)strtoul(argv[3], NULL, 10) : 0;
+    static const char *const fmts[] = {"f16", "int8", "e4m3", "q8_0", "int4", "q4_0"};
+    static const size_t Gs[] = {1, 4, 8};
+    int known_f = !only_f, known_g = !only_g;
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) known_f |= only_f && !strcmp(only_f, fmts[i]);
+    for (size_t i = 0; i < sizeof Gs / sizeof Gs[0]; i++) known_g |= only_g == Gs[i];
+    if (!known_f || !known_g || argc > 4) {
+        fprintf(stderr, "bench_kernels: usage: bench_kernels [MiB [FORMAT [G]]], FORMAT one of f16 int8 e4m3 q8_0 int4 "
+                        "q4_0, G one of 1 4 8\n");
+        return 2;
+    }
     const KernelSet *ks = decode_fused_kernels();
     /* the read bandwidth, as kvc bench's probe measures it */
     size_t nf = mib << 18;
@@ -54,13 +66,9 @@ int main(int argc, char **argv)
            "# and memory time is hidden, 0 when they add up (above 1: faster than the bandwidth probe)\n", mib);
     printf("%-6s %3s %6s %8s %8s %8s %8s %8s %8s %8s %8s\n", "format", "G", "row_B", "floor", "keys_L2", "keys_mem",
            "vals_L2", "vals_mem", "step", "%floor", "overlap");
-    static const char *const fmts[] = {"f16", "int8", "e4m3", "q8_0", "int4", "q4_0"};
-    static const size_t Gs[] = {1, 4, 8};
     rng r;
     rng_seed_u64(&r, 5);
     double *x = xmalloc((size_t)N * W * sizeof *x);
-    const char *only_f = argc > 2 ? argv[2] : NULL;
-    const size_t only_g = argc > 3 ? (size_t)strtoul(argv[3], NULL, 10) : 0;
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
         if (only_f && strcmp(only_f, fmts[fi]) != 0) continue;
         StoreFormat f;

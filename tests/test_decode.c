@@ -171,7 +171,8 @@ static double rel_err(const float *a, const double *b, size_t n)
 static const char *const impl_name[] = {"fused", "ref", "naive"};
 static double worst_err[3];
 static const char *case_tag = "";   /* appended to run_case's check names (the one-head choice re-run) */
-static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes) */
+static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes; G = 1 too
+                                 * with the one-head choice 0) */
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
 static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
@@ -622,8 +623,8 @@ static void vnni_score_tests(void)
                             double *w = &worst[fi][si][qk == 1];
                             if (!(e <= *w)) *w = e;
                             char name[128];
-                            snprintf(name, sizeof name, "decode-avx512%s-scores-%s-W%zu-G%zu-n%zu-q%d", si ? "" : "-vnni",
-                                     fmts[fi], W, G, n, qk);
+                            snprintf(name, sizeof name, "decode-avx512%s-scores-%s-W%zu-G%zu-n%zu-q%d%s", si ? "" : "-vnni",
+                                     fmts[fi], W, G, n, qk, case_tag);
                             check(e < DECODE_TOL, name, "max |s - ref| / max sum |q k| = %.3g", e);
                         }
                         free(q), free(qo), free(s), free(scr), free(qd);
@@ -632,9 +633,9 @@ static void vnni_score_tests(void)
             store_free(&st);
         }
     for (int si = 0; si < 2; si++)
-        printf("# avx512 %s key scores vs double (max |s - ref| / max sum |q k|; outlier query in brackets): int8 %.2g "
+        printf("# avx512 %s key scores%s vs double (max |s - ref| / max sum |q k|; outlier query in brackets): int8 %.2g "
                "(%.2g), q8_0 %.2g (%.2g), int4 %.2g (%.2g), q4_0 %.2g (%.2g)\n",
-               si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][si][0], worst[0][si][1],
+               si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", case_tag, worst[0][si][0], worst[0][si][1],
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
@@ -918,7 +919,8 @@ int main(void)
         }
         run_case("f16", "int8", 1, 1, 1, 45, 37, 0);   /* column tails: the AVX2 slot either way */
         /* the choice takes effect: the two choices' kernels round differently (f16 keys: one shuffle tree per 16
-         * rows or the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones) */
+         * rows or the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones, or without VNNI two float32
+         * kernels that sum in different orders) */
         static const char *const differ[] = {"f16", "int8", "q8_0"};
         for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
             Case c1;
@@ -933,6 +935,7 @@ int main(void)
             free(a), free(b);
             case_free(&c1);
         }
+        vnni_score_tests();   /* the key slots at G = 1 (and the others again) under this choice */
         decode_avx512_one_head_set(was);
         case_tag = "";
     }

@@ -15,7 +15,8 @@
  *                          only file built with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do
  *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
  *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set). Where cpuid also reports
- *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any) take exact
+ *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any; all four from one head
+ *                          with the one-head choice 0, below) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
  *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16

@@ -1,7 +1,8 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
- * integer dot products for two or more heads (q4_0: any number). This file alone is compiled with -mavx512f
+ * integer dot products for two or more heads (q4_0: any number; all four from one head where the one-head choice
+ * says so, decode_avx512_one_head_avx2). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -37,7 +38,8 @@
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
- * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too) as exact
+ * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too; all four
+ * from one head with the one-head choice 0, on AMD) as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
  * with AVX-512 VNNI" below). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
  * default): the same key kernels with the query in two or one digits, at any number of heads ("rounded-query
@@ -477,7 +479,7 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 
 /* ---- int8 / q8_0 / int4 / q4_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ---------- */
 
-/* Used for two or more heads (q4_0: one too), W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in
+/* Used for two or more heads (q4_0: one too; all four from one head with the one-head choice 0), W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in
  * the VNNI set (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
  *
  * The query, exactly enough: per head a float32 scale sq = max|q| / VN_QMAX and the integer v = round(q / sq),
@@ -1133,7 +1135,7 @@ static size_t vn_ming(void) { return one_avx2 ? 2 : 1; }
  * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) and one_avx2: q4_0's, int8's and q8_0's keys,
  * q8_0's and f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the
  * query, f16's streaming, measured as fast or faster there on the Intel VM; f16's values took 24 instead of 14-15
- * ns a row here, before the tiles' spread prefetch). Not int4,
+ * ns a row here on that VM, 6.8 against the AVX2 kernel's 7.9 on the Zen 5 VM). Not int4,
  * whose column order here differs from the AVX2 set's; not (bench_kernels, one head, streamed, ns a row, AVX2 ->
  * here) q4_0's values (8.5-8.9 -> 6.3), int8's values (9.6 -> 7.3-7.5), e4m3's keys (11.0-11.2 -> 10.1-10.7) and
  * values (9.8-10.0 -> 7.3-7.8). */
@@ -1188,7 +1190,7 @@ DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
 
-/* int8 / q8_0 (int4, q4_0) keys of two or more heads with W % 64 == 0 (128) and W <= VN_MAXW: the VNNI kernels
+/* int8 / q8_0 (int4, q4_0) keys of vn_ming() or more heads with W % 64 == 0 (128) and W <= VN_MAXW: the VNNI kernels
  * (the slots of the VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
 static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
 {
