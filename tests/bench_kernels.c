@@ -10,7 +10,7 @@
  * (the kernels' cost does not depend on the values; the bytes are read from memory all the same).
  *
  * Not a test (no PASS lines; tests/run.sh does not run it): scripts/bench.sh (make bench) writes its table to
- * results/bench-kernels.txt. Usage: bench_kernels [MiB [FORMAT [G]]] (FORMAT, G: that row alone). */
+ * results/bench-kernels.txt. Usage: bench_kernels [MiB [FORMAT [G]]] (FORMAT, G: that row alone; G any of 1..64). */
 #include "base/rng.h"
 #include "base/util.h"
 #include "decode/decode.h"
@@ -38,10 +38,10 @@ int main(int argc, char **argv)
     static const size_t Gs[] = {1, 4, 8};
     int known_f = !only_f, known_g = !only_g;
     for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) known_f |= only_f && !strcmp(only_f, fmts[i]);
-    for (size_t i = 0; i < sizeof Gs / sizeof Gs[0]; i++) known_g |= only_g == Gs[i];
+    known_g |= only_g >= 1 && only_g <= 64;   /* with FORMAT: any G of 1..64 */
     if (!known_f || !known_g || argc > 4) {
         fprintf(stderr, "bench_kernels: usage: bench_kernels [MiB [FORMAT [G]]], FORMAT one of f16 int8 e4m3 q8_0 int4 "
-                        "q4_0, G one of 1 4 8\n");
+                        "q4_0, G 1..64\n");
         return 2;
     }
     const KernelSet *ks = decode_fused_kernels();
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     free(buf);
     printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s; W = %d columns; one thread\n", ks->name,
            decode_vnni() ? " with VNNI integer keys" : "",
-           strcmp(ks->name, "avx512") ? "" : decode_avx512_one_head_avx2() ? ", one head on the AVX2 kernels" : ", one head on its own", W);
+           strcmp(ks->name, "avx512") ? "" : decode_avx512_tune_intel() ? ", tuned for intel" : ", tuned for amd", W);
     printf("# read bandwidth %.2f GB/s (median of 5 reads of %zu MiB); floor = row bytes / bandwidth\n", gbps, mib);
     printf("# ns per cached row: L2 = rows in L2 (the kernel's work), mem = a %zu MiB cache streamed once per pass;\n"
            "# step = keys mem + values mem (the kernels only: no softmax); %%floor = both sides' floor / step;\n"
@@ -88,8 +88,8 @@ int main(int argc, char **argv)
         const KRows k = {.type = f.type, .codes = codes, .row_bytes = rb, .rscale = rs, .W = W};
         const double floor_ns = (double)(rb + (scaled ? 2 : 0)) / gbps;
         for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
-            const size_t G = Gs[gi];
-            if (only_g && G != only_g) continue;
+            const size_t G = only_g ? only_g : Gs[gi];
+            if (only_g && gi > 0) break;
             float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * N * sizeof *s), *p = xmalloc(G * N * sizeof *p);
             float *acc = xcalloc(G * W, sizeof *acc), *scr = xalloc64(DECODE_SCRATCH(G, W) * sizeof *scr);
             for (size_t i = 0; i < G * W; i++) q[i] = (float)rng_standard_normal(&r);

@@ -170,9 +170,9 @@ static double rel_err(const float *a, const double *b, size_t n)
 
 static const char *const impl_name[] = {"fused", "ref", "naive"};
 static double worst_err[3];
-static const char *case_tag = "";   /* appended to run_case's check names (the one-head choice re-run) */
+static const char *case_tag = "";   /* appended to run_case's check names (the other tuning's re-run) */
 static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes; G = 1 too
-                                 * with the one-head choice 0) */
+                                 * with decode_avx512_tune_intel() 0) */
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
 static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
@@ -907,18 +907,24 @@ int main(void)
     run_case("q8_0", "q8_0", 1, 1, 4, 70, 192, 0);
     run_case("q8_0", "f16", 1, 2, 2, 45, 320, 0);
     run_case("q4_0", "q4_0", 1, 1, 4, 70, 384, 0);
-    /* the AVX-512 sets' other one-head choice (kernels.h, decode_avx512_one_head_set: the AVX2 set's one-head
-     * kernels, or the AVX-512 and VNNI kernels at one head), whichever this CPU does not default to */
+    /* the AVX-512 sets' other tuning (kernels.h, decode_avx512_tune_set: one head per KV head on the AVX2 set's
+     * one-head kernels or on the AVX-512 and VNNI kernels; VNNI key tiles of 16 or 32 rows at 4+ heads), whichever
+     * this CPU does not default to */
     if (!strcmp(decode_isa(), "avx512")) {
-        const int was = decode_avx512_one_head_avx2();
-        decode_avx512_one_head_set(!was);
-        case_tag = was ? "-one-head-avx512" : "-one-head-avx2";
+        const int was = decode_avx512_tune_intel();
+        decode_avx512_tune_set(!was);
+        case_tag = was ? "-tune-amd" : "-tune-intel";
         for (size_t i = 0; i < sizeof direct / sizeof direct[0]; i++) {
             run_case(direct[i], direct[i], 1, 2, 1, 2049, 128, 1);
             run_case(direct[i], direct[i], 1, 1, 1, 77, 64, 0);
         }
+        static const char *const vn[] = {"int8", "q8_0", "int4", "q4_0"};
+        for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) {
+            run_case(vn[i], vn[i], 1, 2, 4, 2049, 128, 1);
+            run_case(vn[i], vn[i], 1, 1, 8, 45, 256, 0);
+        }
         run_case("f16", "int8", 1, 1, 1, 45, 37, 0);   /* column tails: the AVX2 slot either way */
-        /* the choice takes effect: the two choices' kernels round differently (f16 keys: one shuffle tree per 16
+        /* the one-head choice takes effect: the two choices' kernels round differently (f16 keys: one shuffle tree per 16
          * rows or the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones, or without VNNI two float32
          * kernels that sum in different orders) */
         static const char *const differ[] = {"f16", "int8", "q8_0"};
@@ -926,17 +932,17 @@ int main(void)
             Case c1;
             case_init(&c1, differ[i], differ[i], 1, 2, 1, 300, 128, 77);
             float *a = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
-            decode_avx512_one_head_set(was);
+            decode_avx512_tune_set(was);
             float *b = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
-            decode_avx512_one_head_set(!was);
+            decode_avx512_tune_set(!was);
             char nm[96];
-            snprintf(nm, sizeof nm, "decode-one-head-choice-changes-the-kernels-%s", differ[i]);
+            snprintf(nm, sizeof nm, "decode-tune-changes-the-one-head-kernels-%s", differ[i]);
             check(a && b && memcmp(a, b, 2 * 128 * sizeof *a) != 0, nm, "the same output bits under both choices");
             free(a), free(b);
             case_free(&c1);
         }
-        vnni_score_tests();   /* the key slots at G = 1 (and the others again) under this choice */
-        decode_avx512_one_head_set(was);
+        vnni_score_tests();   /* the key slots at G = 1 .. 8 under this tuning */
+        decode_avx512_tune_set(was);
         case_tag = "";
     }
     /* int4 keys in float with the codes read as 0..15 (the query sum subtracted): widths that are not a multiple

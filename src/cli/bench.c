@@ -385,11 +385,10 @@ static cJSON *row_json(const BenchPlan *o, const BenchResult *r)
     return j;
 }
 
-/* Which kernels the AVX-512 sets take for one query head per KV head (kernels.h): "avx2" or "avx512"; "" for the
- * other sets. */
-static const char *one_head_kernels(void)
+/* The AVX-512 sets' tuning (kernels.h, KVC_TUNE): "intel" or "amd"; "" for the other sets. */
+static const char *tune_name(void)
 {
-    return strcmp(decode_isa(), "avx512") ? "" : decode_avx512_one_head_avx2() ? "avx2" : "avx512";
+    return strcmp(decode_isa(), "avx512") ? "" : decode_avx512_tune_intel() ? "intel" : "amd";
 }
 
 /* The provenance record of a bench run (provenance.h) with the plan and the bandwidth measured. */
@@ -401,7 +400,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON *m = cJSON_GetObjectItemCaseSensitive(run, "machine");
     cJSON_AddStringToObject(m, "caches", cache);
     cJSON_AddStringToObject(m, "isa_flags", isa);
-    if (one_head_kernels()[0]) cJSON_AddStringToObject(m, "one_head_kernels", one_head_kernels());
+    if (tune_name()[0]) cJSON_AddStringToObject(m, "tune", tune_name());
     cJSON *p = cJSON_AddObjectToObject(run, "plan");
     cJSON_AddNumberToObject(p, "layers", (double)o->L);
     cJSON_AddNumberToObject(p, "kv_heads", (double)o->Hkv);
@@ -439,10 +438,9 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     bench_isa_flags(isa, sizeof isa);
     printf("# kvc %s (commit %s) bench\n", KVC_VERSION, prov_commit());
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, bench_cpu_count(), cache);
-    printf("# isa:      %s; fused kernels: %s%s%s%s (runtime dispatch; src/decode/kernels*_avx2.c built with -mavx2 "
-           "-mfma -mf16c)\n", isa, decode_isa(), decode_vnni() ? " with VNNI integer keys" : "",
-           one_head_kernels()[0] ? ", one head per KV head: " : "", one_head_kernels()[0] ?
-           (decode_avx512_one_head_avx2() ? "the AVX2 kernels (KVC_ONE_HEAD)" : "its own (KVC_ONE_HEAD)") : "");
+    printf("# isa:      %s; fused kernels: %s%s%s%s%s (runtime dispatch; src/decode/kernels*_avx2.c built with "
+           "-mavx2 -mfma -mf16c)\n", isa, decode_isa(), decode_vnni() ? " with VNNI integer keys" : "",
+           tune_name()[0] ? ", tuned for " : "", tune_name(), tune_name()[0] ? " (KVC_TUNE)" : "");
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);

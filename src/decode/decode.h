@@ -120,7 +120,7 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8, DECODE_CPU_AVX512BW = 16,
        DECODE_CPU_AVX512VL = 32, DECODE_CPU_AVX512VNNI = 64,
-       DECODE_CPU_AMD = 128 /* the vendor: the AVX-512 set's one-head choice (kernels.h) */ };
+       DECODE_CPU_AMD = 128 /* the vendor: the AVX-512 sets' tuning (kernels.h) */ };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */

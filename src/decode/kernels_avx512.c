@@ -2,7 +2,7 @@
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
  * integer dot products for two or more heads (q4_0: any number; all four from one head where the one-head choice
- * says so, decode_avx512_one_head_avx2). This file alone is compiled with -mavx512f
+ * says so, decode_avx512_tune_intel). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -107,6 +107,12 @@ INLINE void pf_rest(const Prefetch *c, size_t from)
 {
     for (size_t l = from; l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
 }
+
+/* The kernel choices that were measured to differ between vendors (kernels.h, decode_avx512_tune_intel): 1 =
+ * Intel's (an Intel Sapphire Rapids VM), 0 = AMD's (an AMD Zen 5 VM): one query head per KV head (the slots below)
+ * and the VNNI key tiles' height at four or more heads (vn_scores). Set once with the set (cpuid's vendor, or
+ * KVC_TUNE), or by decode_avx512_tune_set. */
+static int tune_intel = 1;
 
 /* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
  * (1 where the rows have none). */
@@ -798,7 +804,10 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     float *sq = (float *)(void *)(cor + G * nb * N);
     int8_t *dg = (int8_t *)(void *)(sq + G);
     if (vn_prep(F, ND, qd, cor, sq, dg, qp, G, W)) return -1;
-    const size_t step = ND == 3 && G >= 4 ? 16 : 32;   /* two tiles at four heads, 3 digits: measured 10-15 % slower */
+    /* three digits at four or more heads: one tile of 16 rows (tune_intel: two tiles measured 10-15 % slower on the
+     * Intel VM) or two (the AMD Zen 5 VM, bench_kernels keys in L2, medians of 4 alternating runs, ns a row, one ->
+     * two tiles: q8_0 G = 4 8.3 -> 7.2, G = 8 13.1 -> 11.6; q4_0 G = 8 13.4 -> 11.2; int8 G = 8 10.0 -> 9.3) */
+    const size_t step = ND == 3 && G >= 4 && tune_intel ? 16 : 32;
     for (size_t r = 0; r < n; r += step) {
         const size_t nr = n - r < step ? n - r : step;
         if (nr > 16) vn_tile(F, ND, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
@@ -1120,19 +1129,18 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
-/* The one-head choice (kernels.h, decode_avx512_one_head_avx2): 1 = the AVX2 set's kernels for one query head per
- * KV head where ONE_AVX2 / ONE_AVX2_V below say so, and the VNNI keys from two heads; 0 = this file's kernels at
- * one head too (VNNI keys from one head). Measured on an AMD EPYC (Zen 5) VM, bench_kernels, one head, medians of
- * 3, ns a row in L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 / 6.8, f16 values 5.6 / 7.9 -> 2.1 /
- * 6.8, int8 keys 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 / 6.4 -> VNNI 4.3 / 5.0, q8_0 values
- * 6.2 / 6.7 -> 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 / 3.4; kvc bench, 65536 tokens x 8
- * KV heads, 1 thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9, q8_0 6.9 -> 5.2, int4 3.8 ->
- * 3.5. On an Intel Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). */
-static int one_avx2 = 1;
-static size_t vn_ming(void) { return one_avx2 ? 2 : 1; }
+/* The one-head choice (tune_intel, above): 1 = the AVX2 set's kernels for one query head per KV head where
+ * ONE_AVX2 / ONE_AVX2_V below say so, and the VNNI keys from two heads; 0 = this file's kernels at one head too
+ * (VNNI keys from one head). Measured on an AMD EPYC (Zen 5) VM, bench_kernels, one head, medians of 3, ns a row in
+ * L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 / 6.8, f16 values 5.6 / 7.9 -> 2.1 / 6.8, int8 keys
+ * 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 / 6.4 -> VNNI 4.3 / 5.0, q8_0 values 6.2 / 6.7 ->
+ * 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 / 3.4; kvc bench, 65536 tokens x 8 KV heads, 1
+ * thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9, q8_0 6.9 -> 5.2, int4 3.8 -> 3.5. On an Intel
+ * Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). */
+static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) and one_avx2: q4_0's, int8's and q8_0's keys,
+ * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) and tune_intel: q4_0's, int8's and q8_0's keys,
  * q8_0's and f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the
  * query, f16's streaming, measured as fast or faster there on the Intel VM; f16's values took 24 instead of 14-15
  * ns a row here on that VM, 6.8 against the AVX2 kernel's 7.9 on the Zen 5 VM). Not int4,
@@ -1143,7 +1151,7 @@ static size_t vn_ming(void) { return one_avx2 ? 2 : 1; }
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
-        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1 && one_avx2)) {                                              \
+        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1 && tune_intel)) {                                              \
             avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
             return;                                                                                            \
         }                                                                                                      \
@@ -1153,7 +1161,7 @@ static size_t vn_ming(void) { return one_avx2 ? 2 : 1; }
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
     {                                                                                                          \
-        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1 && one_avx2)) {                                            \
+        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1 && tune_intel)) {                                            \
             avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
             return;                                                                                            \
         }                                                                                                      \
@@ -1199,7 +1207,7 @@ static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
 /* slot NAME: VNNI when vn_takes(G, MING, k, UNIT) and VNNI accepts the query, else FALLBACK. q4_0 takes one head
  * too (MING 1: bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2
  * one-head kernel); on the Intel VM int8, q8_0 and int4 at one head were as fast or slower streamed (int8 10.1 ->
- * 9.6, q8_0 9.7 -> 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there when one_avx2 (vn_ming). */
+ * 9.6, q8_0 9.7 -> 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there when tune_intel (vn_ming). */
 #define VN_SLOT(NAME, UNIT, MING, VNNI, FALLBACK)                                                                     \
     static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
@@ -1261,8 +1269,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     const unsigned f = decode_cpu_features();
     if ((f & need) != need) return NULL;
     if (!ready) {
-        const char *oh = getenv("KVC_ONE_HEAD");
-        one_avx2 = oh && strcmp(oh, "avx2") == 0 ? 1 : oh && strcmp(oh, "avx512") == 0 ? 0 : !(f & DECODE_CPU_AMD);
+        const char *tv = getenv("KVC_TUNE");
+        tune_intel = tv && strcmp(tv, "intel") == 0 ? 1 : tv && strcmp(tv, "amd") == 0 ? 0 : !(f & DECODE_CPU_AMD);
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
         kernels_avx512 = *a;
@@ -1293,8 +1301,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
 }
 
-__attribute__((target("no-avx512f"))) int decode_avx512_one_head_avx2(void) { return one_avx2; }
-__attribute__((target("no-avx512f"))) void decode_avx512_one_head_set(int avx2) { one_avx2 = avx2 != 0; }
+__attribute__((target("no-avx512f"))) int decode_avx512_tune_intel(void) { return tune_intel; }
+__attribute__((target("no-avx512f"))) void decode_avx512_tune_set(int intel) { tune_intel = intel != 0; }
 
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
 {
@@ -1306,8 +1314,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rou
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
-int decode_avx512_one_head_avx2(void) { return 1; }
-void decode_avx512_one_head_set(int avx2) { (void)avx2; }
+int decode_avx512_tune_intel(void) { return 1; }
+void decode_avx512_tune_set(int intel) { (void)intel; }
 const KernelSet *decode_kernels_avx512(int vnni)
 {
     (void)vnni;
