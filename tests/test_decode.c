@@ -941,6 +941,21 @@ int main(void)
             free(a), free(b);
             case_free(&c1);
         }
+        /* at four heads the tunings differ only in the VNNI tiles' height, and the integer sums are exact: the same
+         * bits */
+        for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) {
+            Case c1;
+            case_init(&c1, vn[i], vn[i], 1, 2, 4, 300, 128, 78);
+            float *a = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
+            decode_avx512_tune_set(was);
+            float *b = run(&c1, DECODE_FUSED, 1, DECODE_FULL);
+            decode_avx512_tune_set(!was);
+            char nm[96];
+            snprintf(nm, sizeof nm, "decode-tune-same-bits-at-G4-%s", vn[i]);
+            check(a && b && memcmp(a, b, 2 * 4 * 128 * sizeof *a) == 0, nm, "the output bits differ between tunings");
+            free(a), free(b);
+            case_free(&c1);
+        }
         vnni_score_tests();   /* the key slots at G = 1 .. 8 under this tuning */
         decode_avx512_tune_set(was);
         case_tag = "";
