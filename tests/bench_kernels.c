@@ -56,9 +56,8 @@ int main(int argc, char **argv)
     }
     const double gbps = (double)nf * sizeof *buf / median(sec, 5) / 1e9;
     free(buf);
-    printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s; W = %d columns; one thread\n", ks->name,
-           decode_vnni() ? " with VNNI integer keys" : "",
-           strcmp(ks->name, "avx512") ? "" : decode_avx512_tune_intel() ? ", tuned for intel" : ", tuned for amd", W);
+    printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s%s; W = %d columns; one thread\n", ks->name,
+           decode_vnni() ? " with VNNI integer keys" : "", decode_tune()[0] ? ", tuned for " : "", decode_tune(), W);
     printf("# read bandwidth %.2f GB/s (median of 5 reads of %zu MiB); floor = row bytes / bandwidth\n", gbps, mib);
     printf("# ns per cached row: L2 = rows in L2 (the kernel's work), mem = a %zu MiB cache streamed once per pass;\n"
            "# step = keys mem + values mem (the kernels only: no softmax); %%floor = both sides' floor / step;\n"
@@ -87,9 +86,9 @@ int main(int argc, char **argv)
         }
         const KRows k = {.type = f.type, .codes = codes, .row_bytes = rb, .rscale = rs, .W = W};
         const double floor_ns = (double)(rb + (scaled ? 2 : 0)) / gbps;
-        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
-            const size_t G = only_g ? only_g : Gs[gi];
-            if (only_g && gi > 0) break;
+        const size_t *gl = only_g ? &only_g : Gs, ng = only_g ? 1 : sizeof Gs / sizeof Gs[0];
+        for (size_t gi = 0; gi < ng; gi++) {
+            const size_t G = gl[gi];
             float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * N * sizeof *s), *p = xmalloc(G * N * sizeof *p);
             float *acc = xcalloc(G * W, sizeof *acc), *scr = xalloc64(DECODE_SCRATCH(G, W) * sizeof *scr);
             for (size_t i = 0; i < G * W; i++) q[i] = (float)rng_standard_normal(&r);

@@ -6,7 +6,6 @@
 #include "base/fileio.h"
 #include "report/results.h"
 #include "decode/decode.h"
-#include "decode/kernels.h"
 #include "eval/bench.h"
 
 #include <errno.h>
@@ -385,12 +384,6 @@ static cJSON *row_json(const BenchPlan *o, const BenchResult *r)
     return j;
 }
 
-/* The AVX-512 sets' tuning (kernels.h, KVC_TUNE): "intel" or "amd"; "" for the other sets. */
-static const char *tune_name(void)
-{
-    return strcmp(decode_isa(), "avx512") ? "" : decode_avx512_tune_intel() ? "intel" : "amd";
-}
-
 /* The provenance record of a bench run (provenance.h) with the plan and the bandwidth measured. */
 static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_med, const double *bw_max)
 {
@@ -400,7 +393,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON *m = cJSON_GetObjectItemCaseSensitive(run, "machine");
     cJSON_AddStringToObject(m, "caches", cache);
     cJSON_AddStringToObject(m, "isa_flags", isa);
-    if (tune_name()[0]) cJSON_AddStringToObject(m, "tune", tune_name());
+    if (decode_tune()[0]) cJSON_AddStringToObject(m, "tune", decode_tune());
     cJSON *p = cJSON_AddObjectToObject(run, "plan");
     cJSON_AddNumberToObject(p, "layers", (double)o->L);
     cJSON_AddNumberToObject(p, "kv_heads", (double)o->Hkv);
@@ -440,7 +433,7 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, bench_cpu_count(), cache);
     printf("# isa:      %s; fused kernels: %s%s%s%s%s (runtime dispatch; src/decode/kernels*_avx2.c built with "
            "-mavx2 -mfma -mf16c)\n", isa, decode_isa(), decode_vnni() ? " with VNNI integer keys" : "",
-           tune_name()[0] ? ", tuned for " : "", tune_name(), tune_name()[0] ? " (KVC_TUNE)" : "");
+           decode_tune()[0] ? ", tuned for " : "", decode_tune(), decode_tune()[0] ? " (KVC_TUNE)" : "");
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);

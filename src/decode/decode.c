@@ -129,6 +129,11 @@ const char *decode_isa(void) { return fused_kernels()->name; }
 
 const KernelSet *decode_fused_kernels(void) { return fused_kernels(); }
 
+const char *decode_tune(void)
+{
+    return strcmp(fused_kernels()->name, "avx512") ? "" : decode_avx512_tune_intel() ? "intel" : "amd";
+}
+
 int decode_vnni(void)
 {
     fused_kernels();

@@ -127,6 +127,8 @@ unsigned decode_cpu_features(void);
 const char *decode_isa(void);
 /* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
 int decode_vnni(void);
+/* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel" or "amd"; "" for the other sets. */
+const char *decode_tune(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
  * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of
  * each pass in sec[0..repeat). Returns 0, or -1 with kvc_fail set if the threads cannot start. */

@@ -1,8 +1,8 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
- * integer dot products for two or more heads (q4_0: any number; all four from one head where the one-head choice
- * says so, decode_avx512_tune_intel). This file alone is compiled with -mavx512f
+ * integer dot products for two or more heads (q4_0: any number; all four from one head where the tuning says so,
+ * tune_intel 0). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -39,7 +39,7 @@
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
  * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too; all four
- * from one head with the one-head choice 0, on AMD) as exact
+ * from one head with tune_intel 0, on AMD) as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
  * with AVX-512 VNNI" below). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
  * default): the same key kernels with the query in two or one digits, at any number of heads ("rounded-query
@@ -485,7 +485,8 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 
 /* ---- int8 / q8_0 / int4 / q4_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ---------- */
 
-/* Used for two or more heads (q4_0: one too; all four from one head with the one-head choice 0), W <= VN_MAXW and W % 64 == 0 (8 bits) or W % 128 == 0 (4 bits), in
+/* Used for two or more heads (q4_0: one too; all four from one head with tune_intel 0), W <= VN_MAXW and W % 64 == 0
+ * (8 bits) or W % 128 == 0 (4 bits), in
  * the VNNI set (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
  *
  * The query, exactly enough: per head a float32 scale sq = max|q| / VN_QMAX and the integer v = round(q / sq),
