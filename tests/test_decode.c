@@ -657,6 +657,88 @@ static void vnni_score_tests(void)
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
+/* The VNNI set's int8 / int4 value slots at one head (integer sums over the weights in three base-256 digits, per
+ * tile of 64 tokens) against the weighted sums in double over the dequantized rows, and against the float32 set:
+ * W = 64 .. 576 (64 and 576: not taken, the float kernels), n = 1 .. 200 (tails of the 4-token groups and of the
+ * tiles), t0 > 0, acc not zero on entry (the slot adds); weights uniform in [0, 1), exp(8 N(0, 1)) (a wide range),
+ * all zero, one 1 among 1e-30s, signed in [-1, 1), and one +inf (not finite: the float32 kernel, the same bits as
+ * the float32 set). Error: max_j |acc_j - ref_j| / max_j sum_i |w_i v_ij| (the size of the products); the worst is
+ * printed. Two heads go to the float32 kernels: the same bits as the float32 set. */
+static void vnni_value_tests(void)
+{
+    const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
+    if (!sets[0] || !sets[1]) return;
+    const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
+    static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200};
+    static const char *const fmts[] = {"int8", "int4"};
+    double worst[2][2] = {{0}};   /* [format][vnni set, float32 set] */
+    rng r;
+    rng_seed_u64(&r, 13);
+    for (size_t fi = 0; fi < 2; fi++)
+        for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
+            const size_t W = Ws[wi], T = 210, t0 = 5;
+            size_t *perm = xmalloc(W * sizeof *perm);
+            StoreFormat f;
+            StoreTensor st;
+            KRows k;
+            float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
+            sets[0]->col_order(perm, f.type, W);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (int wk = 0; wk < 6; wk++) {
+                    const size_t n = ns[ni], G = wk == 5 && ni == 3 ? 2 : 1;
+                    float *p = xmalloc(G * n * sizeof *p), *acc[2], *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+                    float *a0 = xmalloc(G * W * sizeof *a0);
+                    for (size_t i = 0; i < G * n; i++) {
+                        const double u = rng_next_double(&r);
+                        p[i] = wk == 0 ? (float)u : wk == 1 ? (float)exp(8.0 * rng_standard_normal(&r) - 40.0)
+                             : wk == 2 ? 0.0f : wk == 3 ? (i == n / 2 ? 1.0f : 1e-30f) : (float)(2.0 * u - 1.0);
+                    }
+                    if (wk == 5) p[n - 1] = INFINITY;
+                    for (size_t j = 0; j < G * W; j++) a0[j] = (float)rng_standard_normal(&r);
+                    for (int si = 0; si < 2; si++) {
+                        acc[si] = xmalloc(G * W * sizeof *acc[si]);
+                        memcpy(acc[si], a0, G * W * sizeof *a0);
+                        sets[si]->vacc[f.type](acc[si], p, n, G, &k, t0, n, scr);
+                    }
+                    char name[128];
+                    if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits */
+                        snprintf(name, sizeof name, "decode-avx512-vnni-values-%s-W%zu-n%zu-G%zu-w%d-as-float32%s", fmts[fi], W, n,
+                                 G, wk, case_tag);
+                        check(memcmp(acc[0], acc[1], G * W * sizeof *a0) == 0, name, "the VNNI set's sums differ from the float32 set's");
+                    } else {
+                        if (have_vnni && W % 128 == 0 && W <= 512 && wk == 0 && n == 200) {   /* the integer sums are taken */
+                            snprintf(name, sizeof name, "decode-avx512-vnni-values-taken-%s-W%zu%s", fmts[fi], W, case_tag);
+                            check(memcmp(acc[0], acc[1], W * sizeof *a0) != 0, name, "the same bits as the float32 set");
+                        }
+                    }
+                    if (wk != 5 && G == 1)
+                        for (int si = 0; si < 2; si++) {
+                            double de = 0, mx = 0;
+                            for (size_t j = 0; j < W; j++) {   /* kernel position j holds column perm[j] */
+                                double ref = a0[j], mag = fabs(a0[j]);
+                                for (size_t i = 0; i < n; i++) {
+                                    const double pv = (double)p[i] * deq[(t0 + i) * W + perm[j]];
+                                    ref += pv, mag += fabs(pv);
+                                }
+                                if (mag > mx) mx = mag;
+                                const double d = fabs(acc[si][j] - ref);
+                                if (!(d <= de)) de = d;
+                            }
+                            const double e = mx > 0 ? de / mx : de;
+                            if (!(e <= worst[fi][si])) worst[fi][si] = e;
+                            snprintf(name, sizeof name, "decode-avx512%s-values-%s-W%zu-n%zu-w%d%s", si ? "" : "-vnni", fmts[fi],
+                                     W, n, wk, case_tag);
+                            check(e < 2e-6, name, "max |acc - ref| / max sum |w v| = %.3g", e);
+                        }
+                    free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
+                }
+            free(deq), free(perm);
+            store_free(&st);
+        }
+    printf("# avx512 one-head int8 / int4 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g, float32 %.2g / "
+           "%.2g\n", have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[0][1], worst[1][1]);
+}
+
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the
  * vnni_score_tests shapes, against an independent reading of what they promise: per head sq = (float)(max|q| /
  * qmax) (qmax 32383 or 127), v_j = q_j / sq rounded to the nearest integer (ties to even) and clamped to +-qmax,
@@ -968,6 +1050,12 @@ int main(void)
     run_case("int4", "f16", 1, 2, 2, 41, 80, 0);
     run_case("int4ch", "f16", 1, 1, 1, 20, 80, 0);
     run_case("int4", "int4ch", 1, 1, 2, 45, 64, 0);
+    /* one head per KV head, int8 / int4 values (the VNNI set's integer sums where there is VNNI): 128 and 384 columns,
+     * a token scale or a channel scale (none in the kernel) */
+    run_case("int8", "int8", 1, 2, 1, 2049, 128, 1);
+    run_case("int4", "int4", 1, 2, 1, 2049, 384, 1);
+    run_case("f16", "int8ch", 1, 1, 1, 300, 256, 0);
+    run_case("int4ch", "int4ch", 1, 1, 1, 300, 128, 0);
     /* formats without a fused kernel (the method library's): the generic dequantized-tile path */
     run_case("int3g16", "f16", 1, 1, 1, 40, 64, 0);
     /* bad input */
@@ -996,6 +1084,7 @@ int main(void)
         free(a), free(e), free(h);
     }
     vnni_score_tests();
+    vnni_value_tests();
     rounded_score_tests();
     rounded_step_tests();
     elem_tests();

@@ -41,7 +41,8 @@
  * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too; all four
  * from one head with tune_intel 0, on AMD) as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
- * with AVX-512 VNNI" below). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
+ * with AVX-512 VNNI" below); int8 and int4 values of one head as exact integer sums over the weights in three
+ * 8-bit digits (vpdpbusd over 4-token groups; see "values of one query head with AVX-512 VNNI"). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
  * default): the same key kernels with the query in two or one digits, at any number of heads ("rounded-query
  * sets" below).
  * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
@@ -901,6 +902,155 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
     }
 }
 
+/* ---- int8 / int4 values of one query head with AVX-512 VNNI: integer sums over 4-token groups -------------- */
+
+/* Used for one query head per KV head (the VNNI set), W % 128 == 0 and W <= VN_MAXW, int8 and int4 rows (token
+ * scale or none). The weights, exactly enough: per tile of VV_T tokens the float32 weights w = p x the token
+ * scale (as the float kernel forms them) become integers v = round(w / sw), sw = max|w| / VN_QMAX, in three
+ * balanced base-256 digits like the VNNI keys' query (|w - sw v| <= max|w| 2^-24: float32's own rounding of the
+ * largest product). vpdpbusd then sums 4 tokens per int32 lane: the codes of 4 consecutive rows are interleaved
+ * by bytes (two unpack stages per 64 bytes: lane j of vector m holds byte 16 (j / 4) + 4 m + j % 4 of the 4
+ * rows), read unsigned (int8: the sign bit flipped, k + 128; int4: the stored n = value + 8, each nibble its own
+ * vector), against one digit of the 4 tokens' weights broadcast from memory; each digit's accumulator starts at
+ * -off x the tile's digit sum, so it ends as the exact sum of digit x value. Per 4 rows of 128 int4 codes: 4
+ * loads, 8 shuffles, 12 nibble splits and 24 vpdpbusd (the float kernel: 16 conversions and 8 FMAs per row).
+ * Per tile the three exact sums become float32 as in vn_combine, times sw, added to a float32 accumulator in the
+ * interleaved column order, put back in kernel order once per call. Partial sums stay below VV_T x 128 x 255 <
+ * 2^24, so they convert to float32 exactly. */
+/* VV_PF: the prefetch distance, bytes (each group of 4 rows prefetches its rows VV_PF ahead). On the AMD Zen 4 VM
+ * (bench_kernels, one head, values streamed, medians of 5 alternating runs, ns a row) int8 took 6.0-6.4 at 2 KiB
+ * and 8 KiB and 4.9 at 4 KiB (the float32 kernel 5.3); int4 3.1 at all three (5.5). */
+enum { VV_T = 64, VV_PF = 4096 };
+
+/* The tile's weights: wd[e * VV_T / 4 + c] = digit e (0: the least significant) of tokens 4c..4c+3 as 4 signed
+ * bytes, cor[e] = -off x the digit's sum over the tile, *sw the scale (0 for a tile of zero weights). Tokens past
+ * nt weigh 0. Returns -1 for a weight that is not finite. */
+VNNI_INLINE int vv_weights(const float *p, const uint16_t *rs, size_t nt, int32_t off, int32_t *wd, int32_t *cor,
+                           float *sw)
+{
+    float w[VV_T] __attribute__((aligned(64)));
+    __m512 mx = _mm512_setzero_ps();
+    for (size_t i = 0; i < VV_T; i += 16) {
+        const __mmask16 m = (__mmask16)(nt >= i + 16 ? 0xFFFFu : nt > i ? (1u << (nt - i)) - 1u : 0u);
+        __m512 x = _mm512_maskz_loadu_ps(m, p + i);
+        if (rs) x = _mm512_mul_ps(x, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, rs + i)));
+        _mm512_store_ps(w + i, x);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
+    }
+    const float m = _mm512_reduce_max_ps(mx);
+    if (!(m <= FLT_MAX)) return -1;
+    if (!(m >= FLT_MIN)) {   /* zero (or subnormal) weights: nothing to add */
+        *sw = 0.0f;
+        return 0;
+    }
+    *sw = (float)(m / VN_QMAX);
+    const __m512d inv = _mm512_set1_pd(VN_QMAX / (double)m);
+    const __m512i bias = _mm512_set1_epi32(0x808080);
+    /* per 128-bit lane (4 tokens): byte e of each token's dword, gathered into dword 0 */
+    const __m512i pick[3] = {_mm512_set1_epi32(0x0C080400), _mm512_set1_epi32(0x0D090501),
+                             _mm512_set1_epi32(0x0E0A0602)};
+    const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (size_t i = 0; i < VV_T; i += 16) {
+        const __m512 x = _mm512_load_ps(w + i);
+        const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
+        const __m512d hi =
+            _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
+        /* bytes 0..2 of v + 0x808080 are the digits + 128 (|v| <= VN_QMAX < 0x808080); the XOR makes them signed */
+        const __m512i d = _mm512_xor_si512(_mm512_add_epi32(v, bias), bias);
+        UNROLL for (int e = 0; e < 3; e++) {
+            sum[e] = _mm512_add_epi32(sum[e], _mm512_srai_epi32(_mm512_slli_epi32(d, 24 - 8 * e), 24));
+            const __m512i g = _mm512_permutexvar_epi32(lane0, _mm512_shuffle_epi8(d, pick[e]));
+            _mm_storeu_si128((__m128i *)(void *)(wd + (size_t)e * (VV_T / 4) + i / 4), _mm512_castsi512_si128(g));
+        }
+    }
+    UNROLL for (int e = 0; e < 3; e++) cor[e] = -off * _mm512_reduce_add_epi32(sum[e]);
+    return 0;
+}
+
+/* 64 bytes at offset off of 4 rows, interleaved: y[m] lane j = byte 16 (j / 4) + 4 m + j % 4 of rows 0..3. */
+VNNI_INLINE void vv_interleave(const uint8_t *const *r, size_t off, __m512i *y)
+{
+    const __m512i x0 = _mm512_loadu_si512((const void *)(r[0] + off)), x1 = _mm512_loadu_si512((const void *)(r[1] + off));
+    const __m512i x2 = _mm512_loadu_si512((const void *)(r[2] + off)), x3 = _mm512_loadu_si512((const void *)(r[3] + off));
+    const __m512i al = _mm512_unpacklo_epi8(x0, x1), ah = _mm512_unpackhi_epi8(x0, x1);
+    const __m512i bl = _mm512_unpacklo_epi8(x2, x3), bh = _mm512_unpackhi_epi8(x2, x3);
+    y[0] = _mm512_unpacklo_epi16(al, bl), y[1] = _mm512_unpackhi_epi16(al, bl);
+    y[2] = _mm512_unpacklo_epi16(ah, bh), y[3] = _mm512_unpackhi_epi16(ah, bh);
+}
+
+/* One tile (nt <= VV_T rows from row0) over the 128 columns of pass z: fp[16 a + j] += sw x the exact sums of
+ * accumulator a (int4: a = 2 m + h, h the nibble; int8: a = 4 c + m, c the 64-byte chunk). pfd: prefetch distance
+ * (0: none). */
+VNNI_INLINE void vv_pass(const int F, const uint8_t *row0, size_t rb, size_t nt, size_t z, const int32_t *wd,
+                         const int32_t *cor, float sw, float *fp, size_t pfd)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    __m512i a[8][3];
+    UNROLL for (int v = 0; v < 8; v++) UNROLL for (int e = 0; e < 3; e++) a[v][e] = _mm512_set1_epi32(cor[e]);
+    const size_t cb = F == F_INT4 ? 64 : 128;   /* bytes of the pass */
+    for (size_t g = 0; g < nt; g += 4) {
+        const uint8_t *r[4];
+        UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (g + (size_t)i < nt ? g + (size_t)i : nt - 1) * rb + cb * z;
+        if (pfd) prefetch_range(row0 + g * rb + pfd, 4 * rb);
+        const int32_t *wg = wd + g / 4;
+        const int NC = F == F_INT4 ? 1 : 2;   /* 64-byte chunks of the pass */
+        UNROLL for (int c = 0; c < NC; c++) {
+            __m512i y[4];
+            vv_interleave(r, 64 * (size_t)c, y);
+            UNROLL for (int m = 0; m < 4; m++) {
+                if (F == F_INT4) {
+                    const __m512i lo = _mm512_and_si512(y[m], m4), hi = _mm512_and_si512(_mm512_srli_epi16(y[m], 4), m4);
+                    UNROLL for (int e = 0; e < 3; e++) {
+                        a[2 * m][e] = vn_dp_bcast(a[2 * m][e], lo, wg + e * (VV_T / 4));
+                        a[2 * m + 1][e] = vn_dp_bcast(a[2 * m + 1][e], hi, wg + e * (VV_T / 4));
+                    }
+                } else {
+                    const __m512i u = _mm512_xor_si512(y[m], flip);
+                    UNROLL for (int e = 0; e < 3; e++) a[4 * c + m][e] = vn_dp_bcast(a[4 * c + m][e], u, wg + e * (VV_T / 4));
+                }
+            }
+        }
+    }
+    const __m512 s = _mm512_set1_ps(sw);
+    UNROLL for (int v = 0; v < 8; v++) {
+        const __m512i d[3] = {a[v][2], a[v][1], a[v][0]};   /* vn_combine's order: the most significant first */
+        _mm512_storeu_ps(fp + 16 * v, _mm512_fmadd_ps(vn_combine(3, d), s, _mm512_loadu_ps(fp + 16 * v)));
+    }
+}
+
+/* Kernel-order position of lane j of accumulator a in a pass (see vv_pass). */
+INLINE size_t vv_pos(const int F, size_t a, size_t j)
+{
+    const size_t L = j / 4, k = j % 4;
+    if (F == F_INT4) return 32 * L + 16 * (a % 2) + 4 * (a / 2) + k;   /* int4's units: low nibbles, then high */
+    return 64 * (a / 4) + 16 * L + 4 * (a % 4) + k;
+}
+
+/* acc[0..W) += the n rows' values weighted by p (one head). scr: W floats of interleaved accumulators, then the
+ * digits. Returns -1 (nothing added) for a weight that is not finite: the caller takes the float kernel. */
+VNNI_INLINE int vv_head(const int F, float *acc, const float *p, const KRows *v, size_t t0, size_t n, float *scr)
+{
+    const size_t W = v->W, rb = v->row_bytes, nz = W / 128;
+    float *fp = scr;
+    int32_t *wd = (int32_t *)(void *)(scr + W), cor[3];
+    const int32_t off = F == F_INT4 ? 8 : 128;
+    memset(fp, 0, W * sizeof *fp);
+    for (size_t i0 = 0; i0 < n; i0 += VV_T) {
+        const size_t nt = n - i0 < VV_T ? n - i0 : VV_T, t = t0 + i0;
+        float sw;
+        if (vv_weights(p + i0, v->rscale ? v->rscale + t : NULL, nt, off, wd, cor, &sw)) return -1;
+        if (sw == 0.0f) continue;
+        const uint8_t *row0 = v->codes + t * rb;
+        for (size_t z = 0; z < nz; z++) vv_pass(F, row0, rb, nt, z, wd, cor, sw, fp + 128 * z, z ? 0 : VV_PF);
+    }
+    for (size_t z = 0; z < nz; z++)
+        for (size_t a = 0; a < 8; a++)
+            for (size_t j = 0; j < 16; j++) acc[128 * z + vv_pos(F, a, j)] += fp[128 * z + 16 * a + j];
+    return 0;
+}
+
 /* ---- KIVI: 4-bit grouped intN, keys per channel, values per token ------------------------------------------ */
 
 /* KIVI's kernels here read 4-bit codes with FP16 scales and mins (asymmetric), W % 32 == 0 and W <= KV_MAXW;
@@ -1229,6 +1379,18 @@ VN_ROUNDED(2)
 VN_ROUNDED(1)
 #undef VN_ROUNDED
 #undef VN_SLOT
+/* int8 / int4 values of one query head per KV head with W % 128 == 0: the VNNI sums (vv_head; the slots of the VNNI
+ * sets only), else (and for a weight that is not finite) the float32 kernels above. */
+#define VV_SLOT(NAME, F, FALLBACK)                                                                                  \
+    __attribute__((target("avx512vnni"))) static void NAME(float *acc, const float *p, size_t lp, size_t G,       \
+                                                           const KRows *v, size_t t0, size_t n, float *scr)       \
+    {                                                                                                             \
+        if (G == 1 && v->W % 128 == 0 && v->W <= VN_MAXW && vv_head(F, acc, p, v, t0, n, scr) == 0) return;       \
+        FALLBACK(acc, p, lp, G, v, t0, n, scr);                                                                   \
+    }
+VV_SLOT(vacc_int8_vn, F_INT8, vacc_int8)
+VV_SLOT(vacc_int4_vn, F_INT4, vacc_int4)
+#undef VV_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0)
 
@@ -1258,6 +1420,8 @@ __attribute__((target("no-avx512f"))) static void int_keys(KernelSet *k, const c
     k->scores[STORE_Q8_0] = q8;
     k->scores[STORE_INT4] = i4;
     k->scores[STORE_Q4_0] = q4;
+    k->vacc[STORE_INT8] = vacc_int8_vn;
+    k->vacc[STORE_INT4] = vacc_int4_vn;
 }
 
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
