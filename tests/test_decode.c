@@ -657,19 +657,19 @@ static void vnni_score_tests(void)
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
-/* The VNNI set's int8 / int4 value slots at one head (integer sums over the weights in three base-256 digits, per
- * tile of 64 tokens) against the weighted sums in double over the dequantized rows, and against the float32 set:
- * W = 64 .. 576 (64 and 576: not taken, the float kernels), n = 1 .. 200 (tails of the 4-token groups and of the
- * tiles), t0 > 0, acc not zero on entry (the slot adds); weights uniform in [0, 1), exp(8 N(0, 1)) (a wide range),
- * all zero, one 1 among 1e-30s, signed in [-1, 1), and one +inf (not finite: the float32 kernel, the same bits as
- * the float32 set). Error: max_j |acc_j - ref_j| / max_j sum_i |w_i v_ij| (the size of the products); the worst is
- * printed. Two heads go to the float32 kernels: the same bits as the float32 set. */
+/* The VNNI set's int8 / int4 value slots (integer sums over the weights in three base-256 digits, per tile of 64
+ * tokens) against the weighted sums in double over the dequantized rows, and against the float32 set: W = 64 ..
+ * 576 (64 and 576: not taken, the float kernels), G = 1, 2, 5 heads, n = 1 .. 200 (tails of the 4-token groups and
+ * of the tiles), t0 > 0, acc not zero on entry (the slot adds); weights uniform in [0, 1), exp(8 N(0, 1)) (a wide
+ * range), all zero, one 1 among 1e-30s, signed in [-1, 1), and one +inf in the last head (not finite: the float32
+ * kernel, the same bits as the float32 set; so too two or more heads). Error per head: max_j |acc_j - ref_j| / max_j sum_i |w_i v_ij| (the
+ * size of the products); the worst is printed. */
 static void vnni_value_tests(void)
 {
     const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
     if (!sets[0] || !sets[1]) return;
     const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
-    static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200};
+    static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200}, Gs[] = {1, 2, 5};
     static const char *const fmts[] = {"int8", "int4"};
     double worst[2][2] = {{0}};   /* [format][vnni set, float32 set] */
     rng r;
@@ -683,60 +683,66 @@ static void vnni_value_tests(void)
             KRows k;
             float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
             sets[0]->col_order(perm, f.type, W);
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (int wk = 0; wk < 6; wk++) {
-                    const size_t n = ns[ni], G = wk == 5 && ni == 3 ? 2 : 1;
-                    float *p = xmalloc(G * n * sizeof *p), *acc[2], *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
-                    float *a0 = xmalloc(G * W * sizeof *a0);
-                    for (size_t i = 0; i < G * n; i++) {
-                        const double u = rng_next_double(&r);
-                        p[i] = wk == 0 ? (float)u : wk == 1 ? (float)exp(8.0 * rng_standard_normal(&r) - 40.0)
-                             : wk == 2 ? 0.0f : wk == 3 ? (i == n / 2 ? 1.0f : 1e-30f) : (float)(2.0 * u - 1.0);
-                    }
-                    if (wk == 5) p[n - 1] = INFINITY;
-                    for (size_t j = 0; j < G * W; j++) a0[j] = (float)rng_standard_normal(&r);
-                    for (int si = 0; si < 2; si++) {
-                        acc[si] = xmalloc(G * W * sizeof *acc[si]);
-                        memcpy(acc[si], a0, G * W * sizeof *a0);
-                        sets[si]->vacc[f.type](acc[si], p, n, G, &k, t0, n, scr);
-                    }
-                    char name[128];
-                    if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits */
-                        snprintf(name, sizeof name, "decode-avx512-vnni-values-%s-W%zu-n%zu-G%zu-w%d-as-float32%s", fmts[fi], W, n,
-                                 G, wk, case_tag);
-                        check(memcmp(acc[0], acc[1], G * W * sizeof *a0) == 0, name, "the VNNI set's sums differ from the float32 set's");
-                    } else {
-                        if (have_vnni && W % 128 == 0 && W <= 512 && wk == 0 && n == 200) {   /* the integer sums are taken */
-                            snprintf(name, sizeof name, "decode-avx512-vnni-values-taken-%s-W%zu%s", fmts[fi], W, case_tag);
-                            check(memcmp(acc[0], acc[1], W * sizeof *a0) != 0, name, "the same bits as the float32 set");
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int wk = 0; wk < 6; wk++) {
+                        const size_t n = ns[ni], G = Gs[gi], lp = n + 3;
+                        float *p = xmalloc(G * lp * sizeof *p), *acc[2], *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+                        float *a0 = xmalloc(G * W * sizeof *a0);
+                        for (size_t i = 0; i < G * lp; i++) {
+                            const double u = rng_next_double(&r);
+                            p[i] = wk == 0 ? (float)u : wk == 1 ? (float)exp(8.0 * rng_standard_normal(&r) - 40.0)
+                                 : wk == 2 ? 0.0f : wk == 3 ? (i % lp == n / 2 ? 1.0f : 1e-30f) : (float)(2.0 * u - 1.0);
                         }
-                    }
-                    if (wk != 5 && G == 1)
+                        if (wk == 5) p[(G - 1) * lp + n - 1] = INFINITY;
+                        for (size_t j = 0; j < G * W; j++) a0[j] = (float)rng_standard_normal(&r);
                         for (int si = 0; si < 2; si++) {
-                            double de = 0, mx = 0;
-                            for (size_t j = 0; j < W; j++) {   /* kernel position j holds column perm[j] */
-                                double ref = a0[j], mag = fabs(a0[j]);
-                                for (size_t i = 0; i < n; i++) {
-                                    const double pv = (double)p[i] * deq[(t0 + i) * W + perm[j]];
-                                    ref += pv, mag += fabs(pv);
+                            acc[si] = xmalloc(G * W * sizeof *acc[si]);
+                            memcpy(acc[si], a0, G * W * sizeof *a0);
+                            sets[si]->vacc[f.type](acc[si], p, lp, G, &k, t0, n, scr);
+                        }
+                        char name[128];
+                        if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits (two or more heads: measured slower) */
+                            snprintf(name, sizeof name, "decode-avx512-vnni-values-%s-W%zu-G%zu-n%zu-w%d-as-float32%s", fmts[fi],
+                                     W, G, n, wk, case_tag);
+                            check(memcmp(acc[0], acc[1], G * W * sizeof *a0) == 0, name,
+                                  "the VNNI set's sums differ from the float32 set's");
+                            free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
+                            continue;
+                        }
+                        if (have_vnni && W % 128 == 0 && W <= 512 && wk == 0 && n == 200) {   /* the integer sums are taken */
+                            snprintf(name, sizeof name, "decode-avx512-vnni-values-taken-%s-W%zu-G%zu%s", fmts[fi], W, G, case_tag);
+                            check(memcmp(acc[0], acc[1], G * W * sizeof *a0) != 0, name, "the same bits as the float32 set");
+                        }
+                        for (int si = 0; si < 2; si++) {
+                            double e = 0;
+                            for (size_t g = 0; g < G; g++) {
+                                double de = 0, mx = 0;
+                                for (size_t j = 0; j < W; j++) {   /* kernel position j holds column perm[j] */
+                                    double ref = a0[g * W + j], mag = fabs(a0[g * W + j]);
+                                    for (size_t i = 0; i < n; i++) {
+                                        const double pv = (double)p[g * lp + i] * deq[(t0 + i) * W + perm[j]];
+                                        ref += pv, mag += fabs(pv);
+                                    }
+                                    if (mag > mx) mx = mag;
+                                    const double d = fabs(acc[si][g * W + j] - ref);
+                                    if (!(d <= de)) de = d;
                                 }
-                                if (mag > mx) mx = mag;
-                                const double d = fabs(acc[si][j] - ref);
-                                if (!(d <= de)) de = d;
+                                const double eg = mx > 0 ? de / mx : de;
+                                if (!(eg <= e)) e = eg;
                             }
-                            const double e = mx > 0 ? de / mx : de;
                             if (!(e <= worst[fi][si])) worst[fi][si] = e;
-                            snprintf(name, sizeof name, "decode-avx512%s-values-%s-W%zu-n%zu-w%d%s", si ? "" : "-vnni", fmts[fi],
-                                     W, n, wk, case_tag);
+                            snprintf(name, sizeof name, "decode-avx512%s-values-%s-W%zu-G%zu-n%zu-w%d%s", si ? "" : "-vnni",
+                                     fmts[fi], W, G, n, wk, case_tag);
                             check(e < 2e-6, name, "max |acc - ref| / max sum |w v| = %.3g", e);
                         }
-                    free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
-                }
+                        free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
+                    }
             free(deq), free(perm);
             store_free(&st);
         }
-    printf("# avx512 one-head int8 / int4 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g, float32 %.2g / "
-           "%.2g\n", have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[0][1], worst[1][1]);
+    printf("# avx512 int8 / int4 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g, float32 %.2g / %.2g\n",
+           have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[0][1], worst[1][1]);
 }
 
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the

@@ -1380,7 +1380,12 @@ VN_ROUNDED(1)
 #undef VN_ROUNDED
 #undef VN_SLOT
 /* int8 / int4 values of one query head per KV head with W % 128 == 0: the VNNI sums (vv_head; the slots of the VNNI
- * sets only), else (and for a weight that is not finite) the float32 kernels above. */
+ * sets only), else (and for a weight that is not finite) the float32 kernels above. Not for two or more heads: a
+ * version that interleaved each tile once and ran the heads' digits over the kept codes measured slower than the
+ * float32 kernels, whose conversion is then shared (AMD Zen 4 VM, bench_kernels, values in L2, ns a row, float32 ->
+ * VNNI: int8 G = 2 / 4 / 8 7.6 / 11.5 / 23.1 -> 8.8 / 16.8 / 29.1, int4 7.8 / 12.4 / 22.9 -> 8.2 / 13.0 / 24.0):
+ * three digits take 24 vpdpbusd per 4 tokens and head, against 32 FMAs, and vpdpbusd issued at about half the
+ * FMAs' rate there. */
 #define VV_SLOT(NAME, F, FALLBACK)                                                                                  \
     __attribute__((target("avx512vnni"))) static void NAME(float *acc, const float *p, size_t lp, size_t G,       \
                                                            const KRows *v, size_t t0, size_t n, float *scr)       \
