@@ -172,7 +172,7 @@ static const char *const impl_name[] = {"fused", "ref", "naive"};
 static double worst_err[3];
 static const char *case_tag = "";   /* appended to run_case's check names (the other tuning's re-run) */
 static double worst_int_keys;   /* fused, int8 / q8_0 / int4 / q4_0 keys, G >= 2 (AVX-512 VNNI's shapes; G = 1 too
-                                 * with decode_avx512_tune_intel() 0) */
+                                 * where decode_avx512_tune() is not DECODE_TUNE_INTEL) */
 
 /* One format pair and shape: every implementation vs. double; fused vs ref; thread invariance. */
 static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv, size_t G, size_t T, size_t D,
@@ -232,16 +232,16 @@ static void run_case(const char *kname, const char *vname, size_t L, size_t Hkv,
     case_free(&c);
 }
 
-/* One step of fmt keys and values (2 KV heads x G, T = 300, D = 128) under the AVX-512 tuning set now and under
- * `other`: 1 when the output bits are the same, 0 when they differ, -1 when a run fails. Leaves the tuning as it
- * found it. */
-static int tune_same_bits(const char *fmt, size_t G, uint64_t seed, int other)
+/* One step of fmt keys and values (2 KV heads x G, T = 300, D = 128) under the AVX-512 tunings t1 and t2: 1 when
+ * the output bits are the same, 0 when they differ, -1 when a run fails. Leaves the tuning as it found it. */
+static int tune_same_bits(const char *fmt, size_t G, uint64_t seed, int t1, int t2)
 {
-    const int now = decode_avx512_tune_intel();
+    const int now = decode_avx512_tune();
     Case c;
     case_init(&c, fmt, fmt, 1, 2, G, 300, 128, seed);
+    decode_avx512_tune_set(t1);
     float *a = run(&c, DECODE_FUSED, 1, DECODE_FULL);
-    decode_avx512_tune_set(other);
+    decode_avx512_tune_set(t2);
     float *b = run(&c, DECODE_FUSED, 1, DECODE_FULL);
     decode_avx512_tune_set(now);
     const int r = !a || !b ? -1 : memcmp(a, b, 2 * G * 128 * sizeof *a) == 0;
@@ -1013,13 +1013,17 @@ int main(void)
     run_case("q8_0", "q8_0", 1, 1, 4, 70, 192, 0);
     run_case("q8_0", "f16", 1, 2, 2, 45, 320, 0);
     run_case("q4_0", "q4_0", 1, 1, 4, 70, 384, 0);
-    /* the AVX-512 sets' other tuning (kernels.h, decode_avx512_tune_set: one head per KV head on the AVX2 set's
-     * one-head kernels or on the AVX-512 and VNNI kernels; VNNI key tiles of 16 or 32 rows at 4+ heads), whichever
-     * this CPU does not default to */
-    if (!strcmp(decode_isa(), "avx512")) {
-        const int was = decode_avx512_tune_intel();
-        decode_avx512_tune_set(!was);
-        case_tag = was ? "-tune-amd" : "-tune-intel";
+    /* the AVX-512 sets' other tunings (kernels.h, decode_avx512_tune_set: one head per KV head on the AVX2 set's
+     * one-head kernels or on the AVX-512 and VNNI kernels; VNNI key tiles of 16 or 32 rows at 4+ heads; the key
+     * prefetch distance), those this CPU does not default to */
+    const int was = decode_avx512_tune();
+    static const int tunes[] = {DECODE_TUNE_INTEL, DECODE_TUNE_AMD, DECODE_TUNE_ZEN4};
+    static const char *const tune_tag[] = {[DECODE_TUNE_INTEL] = "-tune-intel", [DECODE_TUNE_AMD] = "-tune-amd",
+                                           [DECODE_TUNE_ZEN4] = "-tune-zen4"};
+    for (size_t ti = 0; ti < 3 && !strcmp(decode_isa(), "avx512"); ti++) {
+        if (tunes[ti] == was) continue;
+        decode_avx512_tune_set(tunes[ti]);
+        case_tag = tune_tag[tunes[ti]];
         for (size_t i = 0; i < sizeof direct / sizeof direct[0]; i++) {
             run_case(direct[i], direct[i], 1, 2, 1, 2049, 128, 1);
             run_case(direct[i], direct[i], 1, 1, 1, 77, 64, 0);
@@ -1030,25 +1034,37 @@ int main(void)
             run_case(vn[i], vn[i], 1, 1, 8, 45, 256, 0);
         }
         run_case("f16", "int8", 1, 1, 1, 45, 37, 0);   /* column tails: the AVX2 slot either way */
-        /* the one-head choice takes effect: the two choices' kernels round differently (f16 keys: one shuffle tree per 16
-         * rows or the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones, or without VNNI two float32
-         * kernels that sum in different orders) */
-        static const char *const differ[] = {"f16", "int8", "q8_0"};
-        for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
-            char nm[96];
-            snprintf(nm, sizeof nm, "decode-tune-changes-the-one-head-kernels-%s", differ[i]);
-            check(tune_same_bits(differ[i], 1, 77, was) == 0, nm, "the same output bits under both choices (or no run)");
-        }
-        /* at four heads the tunings differ only in the VNNI tiles' height, and the integer sums are exact: the same
-         * bits */
-        for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) {
-            char nm[96];
-            snprintf(nm, sizeof nm, "decode-tune-same-bits-at-G4-%s", vn[i]);
-            check(tune_same_bits(vn[i], 4, 78, was) == 1, nm, "the output bits differ between tunings (or no run)");
-        }
         vnni_score_tests();   /* the key slots at G = 1 .. 8 under this tuning */
         decode_avx512_tune_set(was);
         case_tag = "";
+    }
+    if (!strcmp(decode_isa(), "avx512")) {
+        /* the one-head choices take effect: the kernels round differently (f16 keys: one shuffle tree per 16 rows or
+         * the AVX2 row sums; int8 keys: exact VNNI sums or float32 ones, or without VNNI two float32 kernels that sum
+         * in different orders; q8_0 values: the AVX2 or AVX-512 sums); zen4 and amd differ in f16 keys and q8_0
+         * values only */
+        static const struct { const char *fmt; int t1, t2, same; } one[] = {
+            {"f16", DECODE_TUNE_INTEL, DECODE_TUNE_AMD, 0}, {"int8", DECODE_TUNE_INTEL, DECODE_TUNE_AMD, 0},
+            {"q8_0", DECODE_TUNE_INTEL, DECODE_TUNE_AMD, 0}, {"f16", DECODE_TUNE_ZEN4, DECODE_TUNE_AMD, 0},
+            {"q8_0", DECODE_TUNE_ZEN4, DECODE_TUNE_AMD, 0}, {"int8", DECODE_TUNE_ZEN4, DECODE_TUNE_AMD, 1},
+            {"int4", DECODE_TUNE_ZEN4, DECODE_TUNE_AMD, 1}, {"e4m3", DECODE_TUNE_ZEN4, DECODE_TUNE_AMD, 1}};
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "decode-tune-%s-one-head-%s-%s-%s", one[i].same ? "keeps" : "changes", one[i].fmt,
+                     tune_tag[one[i].t1] + 6, tune_tag[one[i].t2] + 6);
+            check(tune_same_bits(one[i].fmt, 1, 77, one[i].t1, one[i].t2) == one[i].same, nm,
+                  one[i].same ? "the output bits differ (or no run)" : "the same output bits (or no run)");
+        }
+        /* at four heads the tunings differ only in the VNNI tiles' height and the prefetch, and the integer sums are
+         * exact: the same bits */
+        static const char *const vn[] = {"int8", "q8_0", "int4", "q4_0"};
+        for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++)
+            for (int t = 1; t < 3; t++) {
+                char nm[96];
+                snprintf(nm, sizeof nm, "decode-tune-same-bits-at-G4-%s-%s-amd", vn[i], tune_tag[t] + 6);
+                check(tune_same_bits(vn[i], 4, 78, t, DECODE_TUNE_AMD) == 1, nm,
+                      "the output bits differ between tunings (or no run)");
+            }
     }
     /* int4 keys in float with the codes read as 0..15 (the query sum subtracted): widths that are not a multiple
      * of 64, column tails, G = 1 / 2 / 5 */

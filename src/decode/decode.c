@@ -77,6 +77,8 @@ static unsigned cpu_features(void)
     const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;   /* "AuthenticAMD" */
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     if (amd) f |= DECODE_CPU_AMD;
+    const unsigned family = (a >> 8 & 0xFu) == 0xFu ? 0xFu + (a >> 20 & 0xFFu) : a >> 8 & 0xFu;
+    if (amd && family == 0x19u) f |= DECODE_CPU_AMD_F19;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     if (c & (1u << 12)) f |= DECODE_CPU_FMA;
     if (c & (1u << 29)) f |= DECODE_CPU_F16C;
@@ -131,7 +133,8 @@ const KernelSet *decode_fused_kernels(void) { return fused_kernels(); }
 
 const char *decode_tune(void)
 {
-    return strcmp(fused_kernels()->name, "avx512") ? "" : decode_avx512_tune_intel() ? "intel" : "amd";
+    static const char *const names[] = {[DECODE_TUNE_AMD] = "amd", [DECODE_TUNE_INTEL] = "intel", [DECODE_TUNE_ZEN4] = "zen4"};
+    return strcmp(fused_kernels()->name, "avx512") ? "" : names[decode_avx512_tune()];
 }
 
 int decode_vnni(void)

@@ -120,14 +120,15 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
 /* CPU features (cpuid, with the OS's AVX state checked through xgetbv); 0 on other architectures. */
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8, DECODE_CPU_AVX512BW = 16,
        DECODE_CPU_AVX512VL = 32, DECODE_CPU_AVX512VNNI = 64,
-       DECODE_CPU_AMD = 128 /* the vendor: the AVX-512 sets' tuning (kernels.h) */ };
+       DECODE_CPU_AMD = 128,    /* the vendor: the AVX-512 sets' tuning (kernels.h) */
+       DECODE_CPU_AMD_F19 = 256 /* AMD family 19h (with AVX-512: Zen 4) */ };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
 const char *decode_isa(void);
 /* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
 int decode_vnni(void);
-/* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel" or "amd"; "" for the other sets. */
+/* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */
 const char *decode_tune(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
  * with the fused kernels' loads on `threads` threads (contiguous equal shares) and stores the seconds of

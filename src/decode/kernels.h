@@ -16,7 +16,7 @@
  *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
  *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set). Where cpuid also reports
  *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any; all four from one head
- *                          with decode_avx512_tune_intel() 0, below) take exact
+ *                          where decode_avx512_tune() is not INTEL, below) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
  *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
@@ -116,18 +116,21 @@ extern const KernelSet decode_kernels_ref;
 const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
  * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd) for two or
- * more heads (q4_0 also for one; all four for one where decode_avx512_tune_intel() is 0).
+ * more heads (q4_0 also for one; all four for one where decode_avx512_tune() is not DECODE_TUNE_INTEL).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
-/* The AVX-512 sets' kernel choices that measured differently by vendor: 1 = Intel's (an Intel Sapphire Rapids VM),
- * 0 = AMD's (an AMD Zen 5 VM). One query head per KV head (G = 1): f16 keys and values, int8 keys, q8_0 keys and
- * values and q4_0 keys (without VNNI) take the AVX2 set's one-head kernels (1) or their own (0, with int8, q8_0 and
- * int4 keys on the VNNI kernels); the VNNI keys at four or more heads: tiles of 16 rows (1) or 32 (0). Default: 0
- * on AMD (cpuid's vendor), else 1; KVC_TUNE=intel or amd chooses. decode_avx512_tune_set, for tests, changes it for
- * the calls that follow (not while a decoder runs). */
-int decode_avx512_tune_intel(void);
-void decode_avx512_tune_set(int intel);
+/* The AVX-512 sets' kernel choices that measured differently by machine: DECODE_TUNE_INTEL (an Intel Sapphire Rapids
+ * VM), DECODE_TUNE_AMD (an AMD Zen 5 VM), DECODE_TUNE_ZEN4 (an AMD Zen 4 VM). One query head per KV head (G = 1):
+ * f16 keys and values, int8 keys, q8_0 keys and values and q4_0 keys (without VNNI) take the AVX2 set's one-head
+ * kernels (INTEL) or their own (AMD, with int8, q8_0 and int4 keys on the VNNI kernels; ZEN4 as AMD except f16 keys
+ * and q8_0 values, the AVX2 set's); the VNNI keys at four or more heads: tiles of 16 rows (INTEL) or 32; the key
+ * tiles' prefetch: two tiles ahead, at most 4 KiB on ZEN4. Default: cpuid's vendor and family (AMD family 19h: ZEN4,
+ * other AMD: AMD, else INTEL); KVC_TUNE=intel, amd or zen4 chooses. decode_avx512_tune_set, for tests, changes it
+ * for the calls that follow (not while a decoder runs). */
+enum { DECODE_TUNE_AMD = 0, DECODE_TUNE_INTEL = 1, DECODE_TUNE_ZEN4 = 2 };
+int decode_avx512_tune(void);
+void decode_avx512_tune_set(int tune);
 /* The VNNI set with the int8, q8_0, int4 and q4_0 key slots taking the query rounded to `digits` 8-bit digits
  * (2: an int16 query, 1: an int8 query, as ggml's q8_0) at any number of heads: faster, and less accurate than
  * DECODE_TOL (kernels_avx512.c, "rounded-query sets"). Other slots as the VNNI set. NULL for other digit counts,

@@ -81,8 +81,11 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
  * of the tile's loop instead of one burst at its start. Bursts overlapped poorly with the work on an AMD EPYC
  * (Zen 5) VM: bench_kernels, keys streamed from memory at G = 4, ns a row, burst PF_AHEAD bytes ahead -> spread one
  * tile ahead -> spread two tiles ahead: int8 10.7 -> 7.7 -> 6.3, f16 13.2 -> 9.4 -> 7.8, e4m3 (G = 8) 22.0 -> 13.9
- * -> 12.3 (in L2: 5.3-5.5, 6.0-6.2, 11.5-11.9); three tiles ahead measured the same as two. The value kernels
- * spread theirs for the same reason (val_cols). */
+ * -> 12.3 (in L2: 5.3-5.5, 6.0-6.2, 11.5-11.9); three tiles ahead measured the same as two. On an AMD Zen 4 VM
+ * the distance is capped at 4 KiB (pf_cap; bench_kernels, keys streamed, medians of 3 alternating runs, ns a row,
+ * two tiles -> at most 4 KiB -> at most 2 KiB: int8 G = 1 6.4 -> 4.7 -> 7.0, q8_0 G = 1 10.2 -> 7.7 -> 9.3, f16
+ * G = 4 14.9 -> 13.8 -> 13.9, int8 G = 4 11.1 -> 10.8 -> 13.0). The value kernels spread theirs for the same
+ * reason (val_cols). */
 typedef struct {
     const char *p;          /* the first line */
     size_t lines, per;      /* lines; lines per step */
@@ -93,7 +96,8 @@ INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
     const size_t lines = ((uintptr_t)p + n - a + 63) / 64;
     return (Prefetch){.p = (const char *)a, .lines = lines, .per = (lines + steps - 1) / steps};
 }
-INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes; }
+static size_t pf_cap = (size_t)-1;   /* the tuning's largest distance (tune_set) */
+INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes < pf_cap ? 2 * tile_bytes : pf_cap; }
 /* step j of the tile's loop: its share of the lines */
 INLINE void pf_step(const Prefetch *c, size_t j)
 {
@@ -109,11 +113,12 @@ INLINE void pf_rest(const Prefetch *c, size_t from)
     for (size_t l = from; l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
 }
 
-/* The kernel choices that were measured to differ between vendors (kernels.h, decode_avx512_tune_intel): 1 =
- * Intel's (an Intel Sapphire Rapids VM), 0 = AMD's (an AMD Zen 5 VM): one query head per KV head (the slots below)
- * and the VNNI key tiles' height at four or more heads (vn_scores). Set once with the set (cpuid's vendor, or
- * KVC_TUNE), or by decode_avx512_tune_set. */
-static int tune_intel = 1;
+/* The kernel choices that were measured to differ between machines (kernels.h, decode_avx512_tune): tune_intel 1 =
+ * Intel's (an Intel Sapphire Rapids VM), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): one query
+ * head per KV head (the slots below), the VNNI key tiles' height at four or more heads (vn_scores) and the key
+ * tiles' prefetch distance (pf_cap). Set once with the set (cpuid's vendor and family, or KVC_TUNE), or by
+ * decode_avx512_tune_set. */
+static int tune_intel = 1, tune_zen4 = 0;
 
 /* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
  * (1 where the rows have none). */
@@ -1287,7 +1292,11 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
  * 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 / 6.4 -> VNNI 4.3 / 5.0, q8_0 values 6.2 / 6.7 ->
  * 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 / 3.4; kvc bench, 65536 tokens x 8 KV heads, 1
  * thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9, q8_0 6.9 -> 5.2, int4 3.8 -> 3.5. On an Intel
- * Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). */
+ * Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). On an AMD Zen 4 VM (tune_zen4: AMD's
+ * choices but for f16 keys and q8_0 values) the AVX2 f16 keys and q8_0 values were faster streamed (bench_kernels,
+ * one head, medians of 3 alternating runs, ns a row, here -> AVX2: f16 keys 17.2 -> 13.1 (in L2 5.1 -> 7.2), q8_0
+ * values 8.2 -> 6.2) and the rest slower or the same (int8 keys 5.1 -> 8.9, int4 keys 4.4 -> 5.7, f16 values 8.6
+ * -> 10.5). */
 static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
@@ -1298,11 +1307,11 @@ static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
  * whose column order here differs from the AVX2 set's; not (bench_kernels, one head, streamed, ns a row, AVX2 ->
  * here) q4_0's values (8.5-8.9 -> 6.3), int8's values (9.6 -> 7.3-7.5), e4m3's keys (11.0-11.2 -> 10.1-10.7) and
  * values (9.8-10.0 -> 7.3-7.8). */
-#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2, ONE_AVX2_V)                                                      \
+#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2, ONE_AVX2_V, Z4, Z4_V)                                            \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
-        if (k->W % 32 != 0 || (ONE_AVX2 && G == 1 && tune_intel)) {                                              \
+        if (k->W % 32 != 0 || (G == 1 && (tune_intel ? ONE_AVX2 : tune_zen4 && Z4))) {                          \
             avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
             return;                                                                                            \
         }                                                                                                      \
@@ -1312,7 +1321,7 @@ static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
     {                                                                                                          \
-        if (v->W % 32 != 0 || (ONE_AVX2_V && G == 1 && tune_intel)) {                                            \
+        if (v->W % 32 != 0 || (G == 1 && (tune_intel ? ONE_AVX2_V : tune_zen4 && Z4_V))) {                      \
             avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
             return;                                                                                            \
         }                                                                                                      \
@@ -1320,7 +1329,7 @@ static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
         HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
     }
 
-DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0, 0)
+DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0, 0, 0, 0)
 
 /* int4 keys of two or more heads with W % 128 == 0 (W <= KV_MAXW): the transposed tiles, the query taken to
  * their order once per call; other widths and one head: the 16-row tiles above. */
@@ -1342,10 +1351,10 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     }
 }
 #define vacc_int4 vacc_int4_tiles
-DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1, 0)
+DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1, 0, 0, 0)
 #define vacc_q4_0 vacc_q4_0_f32
-DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 0)
-DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1)
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 0, 0, 0)
+DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1, 0, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
 
@@ -1396,8 +1405,8 @@ VN_ROUNDED(1)
 VV_SLOT(vacc_int8_vn, F_INT8, vacc_int8)
 VV_SLOT(vacc_int4_vn, F_INT4, vacc_int4)
 #undef VV_SLOT
-DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1)
-DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1, 1, 0)
+DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0, 0, 0)
 
 /* int4 with W % 32 == 0: units of 32 (low nibbles, then high); everything else as the AVX2 set reads it. */
 static void col_order_avx512(size_t *perm, StoreType t, size_t W)
@@ -1440,7 +1449,12 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     if ((f & need) != need) return NULL;
     if (!ready) {
         const char *tv = getenv("KVC_TUNE");
-        tune_intel = tv && strcmp(tv, "intel") == 0 ? 1 : tv && strcmp(tv, "amd") == 0 ? 0 : !(f & DECODE_CPU_AMD);
+        decode_avx512_tune_set(tv && strcmp(tv, "intel") == 0  ? DECODE_TUNE_INTEL
+                               : tv && strcmp(tv, "amd") == 0  ? DECODE_TUNE_AMD
+                               : tv && strcmp(tv, "zen4") == 0 ? DECODE_TUNE_ZEN4
+                               : !(f & DECODE_CPU_AMD)         ? DECODE_TUNE_INTEL
+                               : f & DECODE_CPU_AMD_F19        ? DECODE_TUNE_ZEN4
+                                                               : DECODE_TUNE_AMD);
         const KernelSet *a = avx2_set();
         if (!a) return NULL;
         kernels_avx512 = *a;
@@ -1471,8 +1485,16 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
 }
 
-__attribute__((target("no-avx512f"))) int decode_avx512_tune_intel(void) { return tune_intel; }
-__attribute__((target("no-avx512f"))) void decode_avx512_tune_set(int intel) { tune_intel = intel != 0; }
+__attribute__((target("no-avx512f"))) int decode_avx512_tune(void)
+{
+    return tune_intel ? DECODE_TUNE_INTEL : tune_zen4 ? DECODE_TUNE_ZEN4 : DECODE_TUNE_AMD;
+}
+__attribute__((target("no-avx512f"))) void decode_avx512_tune_set(int tune)
+{
+    tune_intel = tune == DECODE_TUNE_INTEL;
+    tune_zen4 = tune == DECODE_TUNE_ZEN4;
+    pf_cap = tune_zen4 ? 4096 : (size_t)-1;
+}
 
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
 {
@@ -1484,8 +1506,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rou
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
-int decode_avx512_tune_intel(void) { return 1; }
-void decode_avx512_tune_set(int intel) { (void)intel; }
+int decode_avx512_tune(void) { return DECODE_TUNE_INTEL; }
+void decode_avx512_tune_set(int tune) { (void)tune; }
 const KernelSet *decode_kernels_avx512(int vnni)
 {
     (void)vnni;
