@@ -657,7 +657,7 @@ static void vnni_score_tests(void)
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
 }
 
-/* The VNNI set's int8 / int4 value slots (integer sums over the weights in three base-256 digits, per tile of 64
+/* The VNNI set's int8 / int4 / q4_0 value slots (integer sums over the weights in three base-256 digits, per tile of 64
  * tokens) against the weighted sums in double over the dequantized rows, and against the float32 set: W = 64 ..
  * 576 (64 and 576: not taken, the float kernels), G = 1, 2, 5 heads, n = 1 .. 200 (tails of the 4-token groups and
  * of the tiles), t0 > 0, acc not zero on entry (the slot adds); weights uniform in [0, 1), exp(8 N(0, 1)) (a wide
@@ -670,11 +670,11 @@ static void vnni_value_tests(void)
     if (!sets[0] || !sets[1]) return;
     const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
     static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200}, Gs[] = {1, 2, 5};
-    static const char *const fmts[] = {"int8", "int4"};
-    double worst[2][2] = {{0}};   /* [format][vnni set, float32 set] */
+    static const char *const fmts[] = {"int8", "int4", "q4_0"};
+    double worst[3][2] = {{0}};   /* [format][vnni set, float32 set] */
     rng r;
     rng_seed_u64(&r, 13);
-    for (size_t fi = 0; fi < 2; fi++)
+    for (size_t fi = 0; fi < 3; fi++)
         for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
             const size_t W = Ws[wi], T = 210, t0 = 5;
             size_t *perm = xmalloc(W * sizeof *perm);
@@ -741,8 +741,9 @@ static void vnni_value_tests(void)
             free(deq), free(perm);
             store_free(&st);
         }
-    printf("# avx512 int8 / int4 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g, float32 %.2g / %.2g\n",
-           have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[0][1], worst[1][1]);
+    printf("# avx512 int8 / int4 / q4_0 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g / %.2g, float32 "
+           "%.2g / %.2g / %.2g\n", have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[2][0],
+           worst[0][1], worst[1][1], worst[2][1]);
 }
 
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the
