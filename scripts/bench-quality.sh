@@ -5,7 +5,9 @@
 # lesson's eight experiments on one 65536 x 128 head: quantize K,V to INT8/4/2, two evictions, low-rank keys at
 # ranks 32/16/8), and scripts/bench-quality.py, the same computation in numpy, in two forms: one SVD of K for the
 # three ranks (the lesson's own code) and one SVD per rank (what kvc did before it shared its decompositions).
-# ROUNDS rounds (default 3), the programs alternating within each; wall time, CPU time (user + sys) and peak RSS
+# One untimed warm-up run of each program (the first run after other work measured up to 2x slower, kvc 1.05 s
+# against 0.57 on the AMD Zen 4 VM: page cache, memory compaction), then ROUNDS rounds (default 3), the programs
+# alternating within each; wall time, CPU time (user + sys) and peak RSS
 # from /usr/bin/time (GNU time, getrusage of the child); medians; ratios numpy / kvc. Every numpy run's numbers are
 # checked against kvc's (scripts/bench-quality.py --compare) and the largest relative difference is printed.
 # Both run under scripts/numeric-env.sh (the AVX2 OpenBLAS kernels, as make test and make results); kvc pins
@@ -34,6 +36,9 @@ run() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "warm-up" >&2
+"$KVC" run configs/lesson.json --set data.tokens="$TOKENS" --set data.head_dim="$HEAD_DIM" --no-timing --format csv >/dev/null
+for v in once per-rank; do "$PY" scripts/bench-quality.py --svd "$v" "$TOKENS" "$HEAD_DIM" >/dev/null; done
 : > "$tmp/agree"
 for i in $(seq "$ROUNDS"); do
     echo "round $i/$ROUNDS" >&2
@@ -63,7 +68,7 @@ ratio() { awk -v a="$(median "$1" "$tmp/$2.t")" -v b="$(median "$1" "$tmp/$3.t")
     echo "# work the wall times stretch with the load; CPU time (user + sys) is the steadier number to compare."
     echo "# kvc run configs/lesson.json --set data.tokens=$TOKENS --set data.head_dim=$HEAD_DIM --no-timing --format csv"
     echo "# numpy: $PY scripts/bench-quality.py --svd once|per-rank $TOKENS $HEAD_DIM"
-    echo "# $ROUNDS rounds, the three programs alternating in each; medians"
+    echo "# one untimed warm-up run of each, then $ROUNDS rounds, the three programs alternating in each; medians"
     echo
     printf '%-36s %-22s %7s  %-22s %7s  %-20s %6s\n' program "wall s (rounds)" median "cpu s (rounds)" median \
         "peak RSS MiB" median
