@@ -1088,7 +1088,8 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
         __m512i d = _mm512_setzero_si512();
         UNROLL for (int k = 0; k < 4; k++) {
             const size_t t = 4 * g + (size_t)k < nt ? 4 * g + (size_t)k : nt - 1;
-            /* 64 of the pass's 72 bytes (no masked load: they measured slow here) */
+            /* 64 of the pass's 72 bytes, a plain load (a masked load of the 56 needed measured slower on the Zen 4
+             * VM: values in L2 6.2 against 5.9 ns a row) */
             const __m512i x = _mm512_loadu_si512((const void *)(row0 + t * rb + 4 * BB * z));
             d = _mm512_mask_permutexvar_epi16(d, (__mmask32)(0x1111u << k), idx, x);
         }
