@@ -1524,9 +1524,11 @@ VN_ROUNDED(1)
  * sets only), else (and for a weight that is not finite) the float32 kernels above. Not for two or more heads: a
  * version that interleaved each tile once and ran the heads' digits over the kept codes measured slower than the
  * float32 kernels, whose conversion is then shared (AMD Zen 4 VM, bench_kernels, values in L2, ns a row, float32 ->
- * VNNI: int8 G = 2 / 4 / 8 7.6 / 11.5 / 23.1 -> 8.8 / 16.8 / 29.1, int4 7.8 / 12.4 / 22.9 -> 8.2 / 13.0 / 24.0):
- * three digits take 24 vpdpbusd per 4 tokens and head, against 32 FMAs, and vpdpbusd issued at about half the
- * FMAs' rate there. */
+ * VNNI: int8 G = 2 / 4 / 8 7.6 / 11.5 / 23.1 -> 8.8 / 16.8 / 29.1, int4 7.8 / 12.4 / 22.9 -> 8.2 / 13.0 / 24.0;
+ * with the kept codes read by the instruction, G = 4: int8 12.8 -> 13.4, int4 12.3 -> 10.9). Three digits take 24
+ * vpdpbusd per 4 tokens and head against 32 FMAs, only a quarter fewer (vpdpbusd and the FMA each issue once a
+ * cycle there: 0.27 ns, 12 independent chains), and each head's weight digits and the kept codes' loads cost about
+ * as much; at one head the gain is the conversion of the codes, which two or more heads share anyway. */
 #define VV_SLOT(NAME, F, FALLBACK)                                                                                  \
     __attribute__((target("avx512vnni"))) static void NAME(float *acc, const float *p, size_t lp, size_t G,       \
                                                            const KRows *v, size_t t0, size_t n, float *scr)       \
