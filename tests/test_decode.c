@@ -746,6 +746,79 @@ static void vnni_value_tests(void)
            worst[0][1], worst[1][1], worst[2][1]);
 }
 
+/* A NaN in a query (keys) or a weight (values) of the integer slots: the float32 kernel's result, NaN throughout
+ * the head, wherever the NaN sits (here in the first 16 lanes read, which a running max over later chunks would
+ * lose); the AVX2 set's exact int4 keys (one head, W = 128) with a NaN and with an inf. */
+static void vnni_nan_tests(void)
+{
+    const KernelSet *a2 = decode_kernels_avx2();
+    if (a2) {
+        rng r;
+        rng_seed_u64(&r, 15);
+        StoreFormat f;
+        StoreTensor st;
+        KRows k;
+        float *deq = int_key_rows(&f, &st, &k, "int4", 100, 128, &r), q[128], s[100];
+        for (int bad = 0; bad < 2; bad++) {
+            for (size_t j = 0; j < 128; j++) q[j] = (float)rng_standard_normal(&r);
+            q[5] = bad ? INFINITY : NAN;
+            a2->scores[STORE_INT4](s, 100, q, 1, &k, 0, 100, NULL);
+            int ok = 1;   /* NaN: every score NaN; inf: every score inf, -inf or NaN (inf x 0 codes) */
+            for (size_t i = 0; i < 100; i++) ok &= bad ? !isfinite(s[i]) : isnan(s[i]) != 0;
+            check(ok, bad ? "decode-avx2-int4-inf-query" : "decode-avx2-int4-nan-query", "a score is finite");
+        }
+        free(deq);
+        store_free(&st);
+    }
+    const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
+    if (!sets[0] || !sets[1]) return;
+    static const char *const kf[] = {"int8", "q8_0", "int4", "q4_0"}, *const vf[] = {"int8", "int4", "q4_0"};
+    const size_t W = 128, T = 100;
+    rng r;
+    rng_seed_u64(&r, 14);
+    for (size_t fi = 0; fi < 4; fi++)
+        for (size_t G = 1; G <= 4; G += 3) {
+            StoreFormat f;
+            StoreTensor st;
+            KRows k;
+            float *deq = int_key_rows(&f, &st, &k, kf[fi], T, W, &r);
+            float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * T * sizeof *s);
+            float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+            for (size_t i = 0; i < G * W; i++) q[i] = (float)rng_standard_normal(&r);
+            q[1] = NAN;
+            int all = 1;
+            for (int si = 0; si < 2; si++) {
+                sets[si]->scores[f.type](s, T, q, G, &k, 0, T, scr);
+                for (size_t i = 0; i < T; i++) all &= isnan(s[i]) != 0;
+            }
+            char name[96];
+            snprintf(name, sizeof name, "decode-avx512-vnni-nan-query-%s-G%zu", kf[fi], G);
+            check(all, name, "a score of the head with a NaN query is not NaN");
+            free(q), free(s), free(scr), free(deq);
+            store_free(&st);
+        }
+    for (size_t fi = 0; fi < 3; fi++) {
+        StoreFormat f;
+        StoreTensor st;
+        KRows k;
+        float *deq = int_key_rows(&f, &st, &k, vf[fi], T, W, &r);
+        float *p = xmalloc(T * sizeof *p), *acc = xmalloc(W * sizeof *acc), *scr = xmalloc(DECODE_SCRATCH(1, W) * sizeof *scr);
+        for (size_t i = 0; i < T; i++) p[i] = (float)rng_next_double(&r);
+        p[2] = NAN;
+        int all = 1;
+        for (int si = 0; si < 2; si++) {
+            memset(acc, 0, W * sizeof *acc);
+            sets[si]->vacc[f.type](acc, p, T, 1, &k, 0, T, scr);
+            for (size_t j = 0; j < W; j++) all &= isnan(acc[j]) != 0;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "decode-avx512-vnni-nan-weight-%s", vf[fi]);
+        check(all, name, "a sum with a NaN weight is not NaN");
+        free(p), free(acc), free(scr), free(deq);
+        store_free(&st);
+    }
+}
+
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the
  * vnni_score_tests shapes, against an independent reading of what they promise: per head sq = (float)(max|q| /
  * qmax) (qmax 32383 or 127), v_j = q_j / sq rounded to the nearest integer (ties to even) and clamped to +-qmax,
@@ -1108,6 +1181,7 @@ int main(void)
     }
     vnni_score_tests();
     vnni_value_tests();
+    vnni_nan_tests();
     rounded_score_tests();
     rounded_step_tests();
     elem_tests();

@@ -509,7 +509,9 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     const size_t W = k->W, nc = W / 64;
     /* W = 64, 128 or 256, and fewer than 4 query heads per KV head (with 4 or more, vpmaddubsw's 3 digits
      * per head cost as much as the float FMAs: measured 63 vs 62 cycles per row at G = 4, 19 vs 29 at G = 1) */
-    if (W % 64 != 0 || (nc != 1 && nc != 2 && nc != 4) || G >= 4) {
+    int finite = 1;   /* a query that is not finite takes the float path too (its NaN or inf, not a rounding) */
+    for (size_t j = 0; j < G * W && finite; j++) finite = isfinite(qp[j]) != 0;
+    if (W % 64 != 0 || (nc != 1 && nc != 2 && nc != 4) || G >= 4 || !finite) {
         scores_int4_float(s, ls, qp, G, k, t0, n);
         return;
     }

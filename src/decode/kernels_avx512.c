@@ -569,9 +569,14 @@ INLINE int vn_prep(const int F, const int ND, int32_t *qd, int32_t *cor, float *
     for (size_t h = 0; h < G; h++) {
         const float *q = qp + h * W;
         __m512 mx = _mm512_setzero_ps();
-        for (size_t j = 0; j < W; j += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q + j)));
-        const float m = _mm512_reduce_max_ps(mx);   /* NaN lanes lose to max: checked below */
-        if (!(m <= FLT_MAX)) return -1;
+        __mmask16 nan = 0;   /* a running max can lose a NaN to a later lane value: looked for on its own */
+        for (size_t j = 0; j < W; j += 16) {
+            const __m512 x = _mm512_loadu_ps(q + j);
+            nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
+        }
+        const float m = _mm512_reduce_max_ps(mx);
+        if (nan || !(m <= FLT_MAX)) return -1;
         const float sc = m > 0.0f ? (float)(m / qmax) : 1.0f;
         if (!(sc >= FLT_MIN)) return -1;   /* a query below 1e-31: its scale would not be a normal float */
         sq[h] = sc;
@@ -942,15 +947,17 @@ VNNI_INLINE int vv_weights(const float *p, const uint16_t *rs, size_t nt, int32_
 {
     float w[VV_T] __attribute__((aligned(64)));
     __m512 mx = _mm512_setzero_ps();
+    __mmask16 nan = 0;   /* as in vn_prep */
     for (size_t i = 0; i < VV_T; i += 16) {
         const __mmask16 m = (__mmask16)(nt >= i + 16 ? 0xFFFFu : nt > i ? (1u << (nt - i)) - 1u : 0u);
         __m512 x = _mm512_maskz_loadu_ps(m, p + i);
         if (rs) x = _mm512_mul_ps(x, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, rs + i)));
         _mm512_store_ps(w + i, x);
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
     }
     const float m = _mm512_reduce_max_ps(mx);
-    if (!(m <= FLT_MAX)) return -1;
+    if (nan || !(m <= FLT_MAX)) return -1;
     if (!(m >= FLT_MIN)) {   /* zero (or subnormal) weights: nothing to add */
         *sw = 0.0f;
         return 0;
@@ -1081,6 +1088,7 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
     __m512 w[VV_T / 4];
     __m512 mx = _mm512_setzero_ps();
     /* word 4 L + k of the gathered scales: block L's d (word 9 L of the pass's first 56 bytes) of row k */
+    __mmask16 nan = 0;   /* as in vn_prep */
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27, 27, 18, 18, 18, 18,
                                          9, 9, 9, 9, 0, 0, 0, 0);
     const size_t ng = (nt + 3) / 4;
@@ -1096,10 +1104,11 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
         const size_t left = nt - 4 * g;
         const __m128 p4 = _mm_maskz_loadu_ps((__mmask8)(left >= 4 ? 0xF : (1u << left) - 1u), p + 4 * g);
         w[g] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(d)), _mm512_broadcast_f32x4(p4));
+        nan |= _mm512_cmp_ps_mask(w[g], w[g], _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(w[g]));
     }
     const float m = _mm512_reduce_max_ps(mx);
-    if (!(m <= FLT_MAX)) return -1;
+    if (nan || !(m <= FLT_MAX)) return -1;
     if (!(m >= FLT_MIN)) {
         *sw = 0.0f;
         return 0;
