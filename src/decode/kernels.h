@@ -18,7 +18,8 @@
  *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any; all four from one head
  *                          where decode_avx512_tune() is not INTEL, below) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
- *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels).
+ *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels), and its int8, int4
+ *                          and q4_0 value slots of one head exact integer sums with the weights in three digits.
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
  * window, is just more tensors with their own slot) and calls it for every block of tokens.
  *
@@ -116,7 +117,8 @@ extern const KernelSet decode_kernels_ref;
 const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
  * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd) for two or
- * more heads (q4_0 also for one; all four for one where decode_avx512_tune() is not DECODE_TUNE_INTEL).
+ * more heads (q4_0 also for one; all four for one where decode_avx512_tune() is not DECODE_TUNE_INTEL), and the
+ * int8, int4 and q4_0 value slots integer sums for one head (D % 128 == 0, D <= 512).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
