@@ -6,7 +6,7 @@
 # ranks 32/16/8), and scripts/bench-quality.py, the same computation in numpy, in two forms: one SVD of K for the
 # three ranks (the lesson's own code) and one SVD per rank (what kvc did before it shared its decompositions).
 # One untimed warm-up run of each program (the first run after other work measured up to 2x slower, kvc 1.05 s
-# against 0.57 on the AMD Zen 4 VM: page cache, memory compaction), then ROUNDS rounds (default 3), the programs
+# against 0.57 on the AMD Zen 4 VM, the extra in system time), then ROUNDS rounds (default 3), the programs
 # alternating within each; wall time, CPU time (user + sys) and peak RSS
 # from /usr/bin/time (GNU time, getrusage of the child); medians; ratios numpy / kvc. Every numpy run's numbers are
 # checked against kvc's (scripts/bench-quality.py --compare) and the largest relative difference is printed.
