@@ -41,8 +41,8 @@
  * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too; all four
  * from one head with tune_intel 0, on AMD) as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
- * with AVX-512 VNNI" below); int8 and int4 values of one head as exact integer sums over the weights in three
- * 8-bit digits (vpdpbusd over 4-token groups; see "values of one query head with AVX-512 VNNI"). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
+ * with AVX-512 VNNI" below); int8, int4 and q4_0 values of one head as exact integer sums over the weights in
+ * three 8-bit digits (vpdpbusd over 4-token groups; see "values of one query head with AVX-512 VNNI"). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
  * default): the same key kernels with the query in two or one digits, at any number of heads ("rounded-query
  * sets" below).
  * Softmax pieces: max and exp_sum in 16 lanes, the AVX2 set's exp polynomial lane by lane (the same values), the
@@ -939,6 +939,40 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
  * and 8 KiB and 4.9 at 4 KiB (the float32 kernel 5.3); int4 3.1 at all three (5.5). */
 enum { VV_T = 64, VV_PF = 4096 };
 
+/* The tile's weight scale from the running max |w| (mx) and the lanes found NaN: -1 for a weight that is not
+ * finite (the caller takes the float kernel), 0 for zero or subnormal weights (*sw = 0: nothing to add), else 1
+ * with *sw = max|w| / VN_QMAX and *inv its inverse. (A running max loses a NaN to a later lane value, hence nan.) */
+VNNI_INLINE int vv_scale(__m512 mx, __mmask16 nan, float *sw, __m512d *inv)
+{
+    const float m = _mm512_reduce_max_ps(mx);
+    if (nan || !(m <= FLT_MAX)) return -1;
+    if (!(m >= FLT_MIN)) {
+        *sw = 0.0f;
+        return 0;
+    }
+    *sw = (float)(m / VN_QMAX);
+    *inv = _mm512_set1_pd(VN_QMAX / (double)m);
+    return 1;
+}
+
+/* 16 weights x as the integers round(x inv) (|.| <= VN_QMAX < 0x808080) in three balanced base-256 digits: bytes
+ * 0..2 of each dword, the least significant first, as signed bytes (bytes 0..2 of v + 0x808080 are the digits +
+ * 128; the XOR makes them signed); sum[e] += digit e of each dword. */
+VNNI_INLINE __m512i vv_digits(__m512 x, __m512d inv, __m512i *sum)
+{
+    const __m512i bias = _mm512_set1_epi32(0x808080);
+    const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
+    const __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
+    const __m512i d = _mm512_xor_si512(_mm512_add_epi32(v, bias), bias);
+    UNROLL for (int e = 0; e < 3; e++) sum[e] = _mm512_add_epi32(sum[e], _mm512_srai_epi32(_mm512_slli_epi32(d, 24 - 8 * e), 24));
+    return d;
+}
+
+/* The vpshufb control that puts byte e of the 4 dwords of each 128-bit lane (4 tokens' digit e) in each of its
+ * dwords. */
+INLINE __m512i vv_pick(const int e) { return _mm512_set1_epi32(0x0C080400 + 0x01010101 * e); }
+
 /* The tile's weights: wd[e * VV_T / 4 + c] = digit e (0: the least significant) of tokens 4c..4c+3 as 4 signed
  * bytes, cor[e] = -off x the digit's sum over the tile, *sw the scale (0 for a tile of zero weights). Tokens past
  * nt weigh 0. Returns -1 for a weight that is not finite. */
@@ -956,31 +990,15 @@ VNNI_INLINE int vv_weights(const float *p, const uint16_t *rs, size_t nt, int32_
         nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
     }
-    const float m = _mm512_reduce_max_ps(mx);
-    if (nan || !(m <= FLT_MAX)) return -1;
-    if (!(m >= FLT_MIN)) {   /* zero (or subnormal) weights: nothing to add */
-        *sw = 0.0f;
-        return 0;
-    }
-    *sw = (float)(m / VN_QMAX);
-    const __m512d inv = _mm512_set1_pd(VN_QMAX / (double)m);
-    const __m512i bias = _mm512_set1_epi32(0x808080);
-    /* per 128-bit lane (4 tokens): byte e of each token's dword, gathered into dword 0 */
-    const __m512i pick[3] = {_mm512_set1_epi32(0x0C080400), _mm512_set1_epi32(0x0D090501),
-                             _mm512_set1_epi32(0x0E0A0602)};
-    const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512d inv;
+    const int r = vv_scale(mx, nan, sw, &inv);
+    if (r <= 0) return r;
+    const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);   /* dword 0 of each lane */
     __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (size_t i = 0; i < VV_T; i += 16) {
-        const __m512 x = _mm512_load_ps(w + i);
-        const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
-        const __m512d hi =
-            _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
-        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
-        /* bytes 0..2 of v + 0x808080 are the digits + 128 (|v| <= VN_QMAX < 0x808080); the XOR makes them signed */
-        const __m512i d = _mm512_xor_si512(_mm512_add_epi32(v, bias), bias);
+        const __m512i d = vv_digits(_mm512_load_ps(w + i), inv, sum);
         UNROLL for (int e = 0; e < 3; e++) {
-            sum[e] = _mm512_add_epi32(sum[e], _mm512_srai_epi32(_mm512_slli_epi32(d, 24 - 8 * e), 24));
-            const __m512i g = _mm512_permutexvar_epi32(lane0, _mm512_shuffle_epi8(d, pick[e]));
+            const __m512i g = _mm512_permutexvar_epi32(lane0, _mm512_shuffle_epi8(d, vv_pick(e)));
             _mm_storeu_si128((__m128i *)(void *)(wd + (size_t)e * (VV_T / 4) + i / 4), _mm512_castsi512_si128(g));
         }
     }
@@ -1002,6 +1020,16 @@ VNNI_INLINE void vv_interleave(const uint8_t *const *r, size_t off, __m512i *y)
     __m512i x[4];
     UNROLL for (int i = 0; i < 4; i++) x[i] = _mm512_loadu_si512((const void *)(r[i] + off));
     vv_interleave4(x, y);
+}
+
+/* fp[16 v ..] += sw x the exact digit sums a[v] (the least significant digit first) of a pass's 8 accumulators. */
+VNNI_INLINE void vv_flush(__m512i a[8][3], float sw, float *fp)
+{
+    const __m512 s = _mm512_set1_ps(sw);
+    UNROLL for (int v = 0; v < 8; v++) {
+        const __m512i d[3] = {a[v][2], a[v][1], a[v][0]};   /* vn_combine's order: the most significant first */
+        _mm512_storeu_ps(fp + 16 * v, _mm512_fmadd_ps(vn_combine(3, d), s, _mm512_loadu_ps(fp + 16 * v)));
+    }
 }
 
 /* One tile (nt <= VV_T rows from row0) over the 128 columns of pass z: fp[16 a + j] += sw x the exact sums of
@@ -1037,11 +1065,7 @@ VNNI_INLINE void vv_pass(const int F, const uint8_t *row0, size_t rb, size_t nt,
             }
         }
     }
-    const __m512 s = _mm512_set1_ps(sw);
-    UNROLL for (int v = 0; v < 8; v++) {
-        const __m512i d[3] = {a[v][2], a[v][1], a[v][0]};   /* vn_combine's order: the most significant first */
-        _mm512_storeu_ps(fp + 16 * v, _mm512_fmadd_ps(vn_combine(3, d), s, _mm512_loadu_ps(fp + 16 * v)));
-    }
+    vv_flush(a, sw, fp);
 }
 
 /* Kernel-order position of lane j of accumulator a in a pass (see vv_pass). */
@@ -1050,6 +1074,14 @@ INLINE size_t vv_pos(const int F, size_t a, size_t j)
     const size_t L = j / 4, k = j % 4;
     if (F == F_INT4 || F == F_Q4_0) return 32 * L + 16 * (a % 2) + 4 * (a / 2) + k;   /* lane L: unit (block) L */
     return 64 * (a / 4) + 16 * L + 4 * (a % 4) + k;
+}
+
+/* acc[0..128 nz) (kernel order) += the nz passes' interleaved accumulators fp. */
+INLINE void vv_unpermute(const int F, float *acc, const float *fp, size_t nz)
+{
+    for (size_t z = 0; z < nz; z++)
+        for (size_t a = 0; a < 8; a++)
+            for (size_t j = 0; j < 16; j++) acc[128 * z + vv_pos(F, a, j)] += fp[128 * z + 16 * a + j];
 }
 
 /* acc[0..W) += the n rows' values weighted by p (one head). scr: W floats of interleaved accumulators, then the
@@ -1069,9 +1101,7 @@ VNNI_INLINE int vv_head(const int F, float *acc, const float *p, const KRows *v,
         const uint8_t *row0 = v->codes + t * rb;
         for (size_t z = 0; z < nz; z++) vv_pass(F, row0, rb, nt, z, wd, cor, sw, fp + 128 * z, z ? 0 : VV_PF);
     }
-    for (size_t z = 0; z < nz; z++)
-        for (size_t a = 0; a < 8; a++)
-            for (size_t j = 0; j < 16; j++) acc[128 * z + vv_pos(F, a, j)] += fp[128 * z + 16 * a + j];
+    vv_unpermute(F, acc, fp, nz);
     return 0;
 }
 
@@ -1107,29 +1137,13 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
         nan |= _mm512_cmp_ps_mask(w[g], w[g], _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(w[g]));
     }
-    const float m = _mm512_reduce_max_ps(mx);
-    if (nan || !(m <= FLT_MAX)) return -1;
-    if (!(m >= FLT_MIN)) {
-        *sw = 0.0f;
-        return 0;
-    }
-    *sw = (float)(m / VN_QMAX);
-    const __m512d inv = _mm512_set1_pd(VN_QMAX / (double)m);
-    const __m512i bias = _mm512_set1_epi32(0x808080);
-    const __m512i pick[3] = {_mm512_set1_epi32(0x0C080400), _mm512_set1_epi32(0x0D090501),
-                             _mm512_set1_epi32(0x0E0A0602)};
+    __m512d inv;
+    const int r = vv_scale(mx, nan, sw, &inv);
+    if (r <= 0) return r;
     __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (size_t g = 0; g < ng; g++) {
-        const __m512 x = w[g];
-        const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
-        const __m512d hi =
-            _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
-        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
-        const __m512i dg = _mm512_xor_si512(_mm512_add_epi32(v, bias), bias);   /* digits, as in vv_weights */
-        UNROLL for (int e = 0; e < 3; e++) {
-            sum[e] = _mm512_add_epi32(sum[e], _mm512_srai_epi32(_mm512_slli_epi32(dg, 24 - 8 * e), 24));
-            _mm512_store_si512((void *)(wq + 3 * g + (size_t)e), _mm512_shuffle_epi8(dg, pick[e]));
-        }
+        const __m512i dg = vv_digits(w[g], inv, sum);
+        UNROLL for (int e = 0; e < 3; e++) _mm512_store_si512((void *)(wq + 3 * g + (size_t)e), _mm512_shuffle_epi8(dg, vv_pick(e)));
     }
     UNROLL for (int e = 0; e < 3; e++) {   /* each lane's 4 dwords: that lane's (block's) sum, times -8 */
         __m512i s = _mm512_add_epi32(sum[e], _mm512_shuffle_epi32(sum[e], (_MM_PERM_ENUM)0x4E));
@@ -1167,11 +1181,7 @@ VNNI_INLINE void vq_pass(const uint8_t *row0, size_t rb, size_t nt, size_t z, co
                 UNROLL for (int e = 0; e < 3; e++) a[2 * m + h][e] = vn_dp_mem(a[2 * m + h][e], u[h], wg + e);
         }
     }
-    const __m512 s = _mm512_set1_ps(sw);
-    UNROLL for (int v = 0; v < 8; v++) {
-        const __m512i d[3] = {a[v][2], a[v][1], a[v][0]};
-        _mm512_storeu_ps(fp + 16 * v, _mm512_fmadd_ps(vn_combine(3, d), s, _mm512_loadu_ps(fp + 16 * v)));
-    }
+    vv_flush(a, sw, fp);
 }
 
 /* acc[0..W) += the n q4_0 rows' values weighted by p (one head); -1 (nothing added) for a weight p d that is not
@@ -1191,9 +1201,7 @@ VNNI_INLINE int vq_head(float *acc, const float *p, const KRows *v, size_t t0, s
         for (size_t z = 0; z < nz; z++)
             if (sw[z] != 0.0f) vq_pass(row0, rb, nt, z, wq[z], corq[z], sw[z], fp + 128 * z, z ? 0 : VV_PF);
     }
-    for (size_t z = 0; z < nz; z++)
-        for (size_t a = 0; a < 8; a++)
-            for (size_t j = 0; j < 16; j++) acc[128 * z + vv_pos(F_Q4_0, a, j)] += fp[128 * z + 16 * a + j];
+    vv_unpermute(F_Q4_0, acc, fp, nz);
     return 0;
 }
 
@@ -1529,7 +1537,7 @@ VN_ROUNDED(2)
 VN_ROUNDED(1)
 #undef VN_ROUNDED
 #undef VN_SLOT
-/* int8 / int4 values of one query head per KV head with W % 128 == 0: the VNNI sums (vv_head; the slots of the VNNI
+/* int8 / int4 / q4_0 values of one query head per KV head with W % 128 == 0: the VNNI sums (vv_head, vq_head; the slots of the VNNI
  * sets only), else (and for a weight that is not finite) the float32 kernels above. Not for two or more heads: a
  * version that interleaved each tile once and ran the heads' digits over the kept codes measured slower than the
  * float32 kernels, whose conversion is then shared (AMD Zen 4 VM, bench_kernels, values in L2, ns a row, float32 ->
@@ -1538,22 +1546,17 @@ VN_ROUNDED(1)
  * vpdpbusd per 4 tokens and head against 32 FMAs, only a quarter fewer (vpdpbusd and the FMA each issue once a
  * cycle there: 0.27 ns, 12 independent chains), and each head's weight digits and the kept codes' loads cost about
  * as much; at one head the gain is the conversion of the codes, which two or more heads share anyway. */
-#define VV_SLOT(NAME, F, FALLBACK)                                                                                  \
+#define VV_SLOT(NAME, HEAD, FALLBACK)                                                                               \
     __attribute__((target("avx512vnni"))) static void NAME(float *acc, const float *p, size_t lp, size_t G,       \
                                                            const KRows *v, size_t t0, size_t n, float *scr)       \
     {                                                                                                             \
-        if (G == 1 && v->W % 128 == 0 && v->W <= VN_MAXW && vv_head(F, acc, p, v, t0, n, scr) == 0) return;       \
+        if (G == 1 && v->W % 128 == 0 && v->W <= VN_MAXW && HEAD == 0) return;                                   \
         FALLBACK(acc, p, lp, G, v, t0, n, scr);                                                                   \
     }
-VV_SLOT(vacc_int8_vn, F_INT8, vacc_int8)
-VV_SLOT(vacc_int4_vn, F_INT4, vacc_int4)
+VV_SLOT(vacc_int8_vn, vv_head(F_INT8, acc, p, v, t0, n, scr), vacc_int8)
+VV_SLOT(vacc_int4_vn, vv_head(F_INT4, acc, p, v, t0, n, scr), vacc_int4)
+VV_SLOT(vacc_q4_0_vn, vq_head(acc, p, v, t0, n, scr), vacc_q4_0)
 #undef VV_SLOT
-__attribute__((target("avx512vnni"))) static void vacc_q4_0_vn(float *acc, const float *p, size_t lp, size_t G,
-                                                               const KRows *v, size_t t0, size_t n, float *scr)
-{
-    if (G == 1 && v->W % 128 == 0 && v->W <= VN_MAXW && vq_head(acc, p, v, t0, n, scr) == 0) return;
-    vacc_q4_0(acc, p, lp, G, v, t0, n, scr);
-}
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1, 1, 0)
 DEFINE_FORMAT(e4m3, F_E4M3, STORE_E4M3, 0, 0, 0, 0)
 
