@@ -138,18 +138,30 @@ else
     bad bench-kernels-table "$BK is not built (make testbin)"
 fi
 # KVC_TUNE names the AVX-512 set's tuning in the JSON provenance (machine.tune) and on the table's isa line; with
-# another set (KVC_ISA=avx2) there is none
+# another set (KVC_ISA=avx2) there is none. Whether this machine runs the AVX-512 set: kvc --version's kernels line.
+"$KVC" --version | grep -q '^kernels: *avx512' && avx512=1 || avx512=0
 for t in intel amd zen4; do
     KVC_TUNE=$t "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2 --head-dim 64 --formats int8 --threads 1 --repeat 2 \
         --naive-repeat 0 --bw-mib 4 --evict-mib 4 --format json >"$tmp/tune.json" 2>"$tmp/err"
-    if grep -q '"isa":[[:space:]]*"avx512"' "$tmp/tune.json"; then
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        bad "bench-tune-$t" "exit $rc: $(head -c 300 "$tmp/err")"
+    elif [ $avx512 -eq 1 ]; then
         grep -q "\"tune\":[[:space:]]*\"$t\"" "$tmp/tune.json" && ok "bench-tune-$t" \
             || bad "bench-tune-$t" "$(grep '"tune"' "$tmp/tune.json")"
     else
-        ok "bench-tune-$t-skipped-no-avx512"
+        grep -q '"tune"' "$tmp/tune.json" && bad "bench-tune-$t" "a tune field without the avx512 set" \
+            || ok "bench-tune-$t-none-without-avx512"
     fi
 done
 KVC_ISA=avx2 KVC_TUNE=zen4 "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2 --head-dim 64 --formats int8 --threads 1 \
     --repeat 2 --naive-repeat 0 --bw-mib 4 --evict-mib 4 >"$tmp/tune.txt" 2>"$tmp/err"
-grep -q "tuned for" "$tmp/tune.txt" && bad bench-tune-none-on-avx2 "$(grep 'isa:' "$tmp/tune.txt")" || ok bench-tune-none-on-avx2
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q '^# isa: .*fused kernels: ' "$tmp/tune.txt"; then
+    bad bench-tune-none-on-avx2 "exit $rc, isa line: $(grep 'isa:' "$tmp/tune.txt")"
+elif grep -q "tuned for" "$tmp/tune.txt"; then
+    bad bench-tune-none-on-avx2 "$(grep 'isa:' "$tmp/tune.txt")"
+else
+    ok bench-tune-none-on-avx2
+fi
 exit $fail
