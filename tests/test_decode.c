@@ -564,21 +564,41 @@ static void slot_tests(void)
     }
 }
 
-/* T x W rows of N(0, 1) stored as fmt (f, st) and their kernel view k; returns them dequantized (T x W floats). */
-static float *int_key_rows(StoreFormat *f, StoreTensor *st, KRows *k, const char *fmt, size_t T, size_t W, rng *r)
+/* T x W rows of N(0, 1) stored as fmt (f, st), their kernel view k, the rows dequantized (deq, T x W floats) and,
+ * given a kernel set ks, its column order (perm: kernel position -> natural column; else NULL). int_rows_free frees
+ * them. */
+typedef struct IntRows {
+    StoreFormat f;
+    StoreTensor st;
+    KRows k;
+    float *deq;
+    size_t *perm;
+} IntRows;
+
+static void int_rows(IntRows *x, const char *fmt, size_t T, size_t W, rng *r, const KernelSet *ks)
 {
-    parse_any(f, fmt);
-    store_alloc(st, *f, T, W);
-    double *x = xmalloc(T * W * sizeof *x);
-    rng_normal_fill(r, x, T * W);
-    store_quantize_f64(st, x);
-    free(x);
-    float *deq = xmalloc(T * W * sizeof *deq);
-    store_dequantize_rows_f32(deq, st, 0, T);
-    memset(k, 0, sizeof *k);
-    k->type = f->type, k->codes = st->codes, k->row_bytes = st->row_bytes, k->W = W;
-    k->rscale = store_type_is_int(f->type) && f->axis == STORE_AXIS_TOKEN ? st->scales : NULL;
-    return deq;
+    parse_any(&x->f, fmt);
+    store_alloc(&x->st, x->f, T, W);
+    double *v = xmalloc(T * W * sizeof *v);
+    rng_normal_fill(r, v, T * W);
+    store_quantize_f64(&x->st, v);
+    free(v);
+    x->deq = xmalloc(T * W * sizeof *x->deq);
+    store_dequantize_rows_f32(x->deq, &x->st, 0, T);
+    memset(&x->k, 0, sizeof x->k);
+    x->k.type = x->f.type, x->k.codes = x->st.codes, x->k.row_bytes = x->st.row_bytes, x->k.W = W;
+    x->k.rscale = store_type_is_int(x->f.type) && x->f.axis == STORE_AXIS_TOKEN ? x->st.scales : NULL;
+    x->perm = NULL;
+    if (ks) {
+        x->perm = xmalloc(W * sizeof *x->perm);
+        ks->col_order(x->perm, x->f.type, W);
+    }
+}
+
+static void int_rows_free(IntRows *x)
+{
+    free(x->deq), free(x->perm);
+    store_free(&x->st);
 }
 
 /* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
@@ -600,11 +620,8 @@ static void vnni_score_tests(void)
     for (size_t fi = 0; fi < 4; fi++)
         for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
             const size_t W = Ws[wi], T = 64, t0 = 5;
-            size_t *perm = xmalloc(W * sizeof *perm);
-            StoreFormat f;
-            StoreTensor st;
-            KRows k;
-            float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
+            IntRows x;
+            int_rows(&x, fmts[fi], T, W, &r, sets[0]);
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                     for (int qk = 0; qk < 4; qk++) {   /* N(0, 1), outlier, zero, 1e-35 x N(0, 1) */
@@ -617,18 +634,17 @@ static void vnni_score_tests(void)
                         for (size_t i = 0; i < G * W; i++) q[i] = qk == 2 ? 0.0f : (float)(qd[i] * (qk == 3 ? 1e-35 : 1.0));
                         if (qk == 1)
                             for (size_t g = 0; g < G; g++) q[g * W + 3 * g % W] = 100.0f;
-                        sets[0]->col_order(perm, f.type, W);
                         for (size_t g = 0; g < G; g++)
-                            for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + perm[j]];
+                            for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + x.perm[j]];
                         for (int si = 0; si < 2; si++) {
-                            sets[si]->scores[f.type](s, 64, qo, G, &k, t0, n, scr);
+                            sets[si]->scores[x.f.type](s, 64, qo, G, &x.k, t0, n, scr);
                             double e = 0;
                             for (size_t g = 0; g < G; g++) {
                                 double mx = 0, de = 0;
                                 for (size_t i = 0; i < n; i++) {
                                     double ref = 0, mag = 0;
                                     for (size_t j = 0; j < W; j++) {
-                                        const double pj = (double)q[g * W + j] * deq[(t0 + i) * W + j];
+                                        const double pj = (double)q[g * W + j] * x.deq[(t0 + i) * W + j];
                                         ref += pj, mag += fabs(pj);
                                     }
                                     if (mag > mx) mx = mag;
@@ -647,8 +663,7 @@ static void vnni_score_tests(void)
                         }
                         free(q), free(qo), free(s), free(scr), free(qd);
                     }
-            free(deq), free(perm);
-            store_free(&st);
+            int_rows_free(&x);
         }
     for (int si = 0; si < 2; si++)
         printf("# avx512 %s key scores%s vs double (max |s - ref| / max sum |q k|; outlier query in brackets): int8 %.2g "
@@ -677,12 +692,8 @@ static void vnni_value_tests(void)
     for (size_t fi = 0; fi < 3; fi++)
         for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
             const size_t W = Ws[wi], T = 210, t0 = 5;
-            size_t *perm = xmalloc(W * sizeof *perm);
-            StoreFormat f;
-            StoreTensor st;
-            KRows k;
-            float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
-            sets[0]->col_order(perm, f.type, W);
+            IntRows x;
+            int_rows(&x, fmts[fi], T, W, &r, sets[0]);
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                     for (int wk = 0; wk < 6; wk++) {
@@ -699,7 +710,7 @@ static void vnni_value_tests(void)
                         for (int si = 0; si < 2; si++) {
                             acc[si] = xmalloc(G * W * sizeof *acc[si]);
                             memcpy(acc[si], a0, G * W * sizeof *a0);
-                            sets[si]->vacc[f.type](acc[si], p, lp, G, &k, t0, n, scr);
+                            sets[si]->vacc[x.f.type](acc[si], p, lp, G, &x.k, t0, n, scr);
                         }
                         char name[128];
                         if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits (two or more heads: measured slower) */
@@ -721,7 +732,7 @@ static void vnni_value_tests(void)
                                 for (size_t j = 0; j < W; j++) {   /* kernel position j holds column perm[j] */
                                     double ref = a0[g * W + j], mag = fabs(a0[g * W + j]);
                                     for (size_t i = 0; i < n; i++) {
-                                        const double pv = (double)p[g * lp + i] * deq[(t0 + i) * W + perm[j]];
+                                        const double pv = (double)p[g * lp + i] * x.deq[(t0 + i) * W + x.perm[j]];
                                         ref += pv, mag += fabs(pv);
                                     }
                                     if (mag > mx) mx = mag;
@@ -738,8 +749,7 @@ static void vnni_value_tests(void)
                         }
                         free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
                     }
-            free(deq), free(perm);
-            store_free(&st);
+            int_rows_free(&x);
         }
     printf("# avx512 int8 / int4 / q4_0 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g / %.2g, float32 "
            "%.2g / %.2g / %.2g\n", have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[2][0],
@@ -755,20 +765,18 @@ static void vnni_nan_tests(void)
     if (a2) {
         rng r;
         rng_seed_u64(&r, 15);
-        StoreFormat f;
-        StoreTensor st;
-        KRows k;
-        float *deq = int_key_rows(&f, &st, &k, "int4", 100, 128, &r), q[128], s[100];
+        IntRows x;
+        int_rows(&x, "int4", 100, 128, &r, NULL);
+        float q[128], s[100];
         for (int bad = 0; bad < 2; bad++) {
             for (size_t j = 0; j < 128; j++) q[j] = (float)rng_standard_normal(&r);
             q[5] = bad ? INFINITY : NAN;
-            a2->scores[STORE_INT4](s, 100, q, 1, &k, 0, 100, NULL);
+            a2->scores[STORE_INT4](s, 100, q, 1, &x.k, 0, 100, NULL);
             int ok = 1;   /* NaN: every score NaN; inf: every score inf, -inf or NaN (inf x 0 codes) */
             for (size_t i = 0; i < 100; i++) ok &= bad ? !isfinite(s[i]) : isnan(s[i]) != 0;
             check(ok, bad ? "decode-avx2-int4-inf-query" : "decode-avx2-int4-nan-query", "a score is finite");
         }
-        free(deq);
-        store_free(&st);
+        int_rows_free(&x);
     }
     const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
     if (!sets[0] || !sets[1]) return;
@@ -778,44 +786,40 @@ static void vnni_nan_tests(void)
     rng_seed_u64(&r, 14);
     for (size_t fi = 0; fi < 4; fi++)
         for (size_t G = 1; G <= 4; G += 3) {
-            StoreFormat f;
-            StoreTensor st;
-            KRows k;
-            float *deq = int_key_rows(&f, &st, &k, kf[fi], T, W, &r);
+            IntRows x;
+            int_rows(&x, kf[fi], T, W, &r, NULL);
             float *q = xmalloc(G * W * sizeof *q), *s = xmalloc(G * T * sizeof *s);
             float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
             for (size_t i = 0; i < G * W; i++) q[i] = (float)rng_standard_normal(&r);
             q[1] = NAN;
             int all = 1;
             for (int si = 0; si < 2; si++) {
-                sets[si]->scores[f.type](s, T, q, G, &k, 0, T, scr);
+                sets[si]->scores[x.f.type](s, T, q, G, &x.k, 0, T, scr);
                 for (size_t i = 0; i < T; i++) all &= isnan(s[i]) != 0;
             }
             char name[96];
             snprintf(name, sizeof name, "decode-avx512-vnni-nan-query-%s-G%zu", kf[fi], G);
             check(all, name, "a score of the head with a NaN query is not NaN");
-            free(q), free(s), free(scr), free(deq);
-            store_free(&st);
+            free(q), free(s), free(scr);
+            int_rows_free(&x);
         }
     for (size_t fi = 0; fi < 3; fi++) {
-        StoreFormat f;
-        StoreTensor st;
-        KRows k;
-        float *deq = int_key_rows(&f, &st, &k, vf[fi], T, W, &r);
+        IntRows x;
+        int_rows(&x, vf[fi], T, W, &r, NULL);
         float *p = xmalloc(T * sizeof *p), *acc = xmalloc(W * sizeof *acc), *scr = xmalloc(DECODE_SCRATCH(1, W) * sizeof *scr);
         for (size_t i = 0; i < T; i++) p[i] = (float)rng_next_double(&r);
         p[2] = NAN;
         int all = 1;
         for (int si = 0; si < 2; si++) {
             memset(acc, 0, W * sizeof *acc);
-            sets[si]->vacc[f.type](acc, p, T, 1, &k, 0, T, scr);
+            sets[si]->vacc[x.f.type](acc, p, T, 1, &x.k, 0, T, scr);
             for (size_t j = 0; j < W; j++) all &= isnan(acc[j]) != 0;
         }
         char name[96];
         snprintf(name, sizeof name, "decode-avx512-vnni-nan-weight-%s", vf[fi]);
         check(all, name, "a sum with a NaN weight is not NaN");
-        free(p), free(acc), free(scr), free(deq);
-        store_free(&st);
+        free(p), free(acc), free(scr);
+        int_rows_free(&x);
     }
 }
 
@@ -849,12 +853,8 @@ static void rounded_score_tests(void)
             for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
                 const size_t W = Ws[wi], T = 64, t0 = 5;
                 const int four = fi >= 2, takes = W <= 512 && W % (four ? 128 : 64) == 0;
-                size_t *perm = xmalloc(W * sizeof *perm);
-                StoreFormat f;
-                StoreTensor st;
-                KRows k;
-                float *deq = int_key_rows(&f, &st, &k, fmts[fi], T, W, &r);
-                ks->col_order(perm, f.type, W);
+                IntRows x;
+                int_rows(&x, fmts[fi], T, W, &r, ks);
                 for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
                     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                         for (int qk = 0; qk < 4; qk++) {   /* N(0, 1), outlier, zero, 1e-35 x N(0, 1) */
@@ -870,9 +870,9 @@ static void rounded_score_tests(void)
                             if (qk == 1)
                                 for (size_t g = 0; g < G; g++) q[g * W + 3 * g % W] = 100.0f;
                             for (size_t g = 0; g < G; g++)
-                                for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + perm[j]];
+                                for (size_t j = 0; j < W; j++) qo[g * W + j] = q[g * W + x.perm[j]];
                             for (size_t i = 0; i < G * 64; i++) s[i] = NAN;
-                            ks->scores[f.type](s, 64, qo, G, &k, t0, n, scr);
+                            ks->scores[x.f.type](s, 64, qo, G, &x.k, t0, n, scr);
                             /* each head's scale; a head whose scale is not a normal float: all heads fall back */
                             int rounded = takes;
                             for (size_t g = 0; g < G; g++) {
@@ -893,7 +893,7 @@ static void rounded_score_tests(void)
                                 for (size_t i = 0; i < n; i++) {
                                     double ref = 0, refx = 0, mag = 0, ak = 0;
                                     for (size_t j = 0; j < W; j++) {
-                                        const double kj = deq[(t0 + i) * W + j];
+                                        const double kj = x.deq[(t0 + i) * W + j];
                                         ref += (double)sq * v[g * W + j] * kj;
                                         refx += (double)q[g * W + j] * kj;
                                         mag += fabs((double)sq * v[g * W + j] * kj) + fabs((double)q[g * W + j] * kj);
@@ -928,8 +928,7 @@ static void rounded_score_tests(void)
                             }
                             free(q), free(qo), free(s), free(scr), free(qd), free(v), free(sqh);
                         }
-                free(deq), free(perm);
-                store_free(&st);
+                int_rows_free(&x);
             }
     }
     printf("# rounded-query key scores (max |s - ref| / max sum |q k|): int16 query %.2g vs its rounding, %.2g vs "
