@@ -633,10 +633,9 @@ INLINE int vn_prep(const int F, const int ND, int32_t *qd, int32_t *cor, float *
 }
 
 /* 16 rows of a chunk z in dwords, transposed: 8 bits: 64 codes (int8 bytes 64z..64z+63; q8_0 the codes of blocks
- * 2z and 2z+1), the sign bit flipped: tb[16 c + r] = codes 4c..4c+3 of row r (c < 16); 4 bits: 64 packed bytes
- * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), packed word c split into tb[16 (2c) + r] (low nibbles)
- * and tb[16 (2c + 1) + r] (high nibbles), each a byte 0..15. */
-VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
+ * 2z and 2z+1), the sign bit flipped: o[c] lane r = codes 4c..4c+3 of row r (c < 16); 4 bits: 64 packed bytes
+ * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), o[c] lane r = packed word c of row r. */
+VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m512i *o)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512i r[16], a[16], b[16];
@@ -669,21 +668,31 @@ VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, i
         b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
         b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int m = 0; m < 4; m++) {   /* lane L of the four row groups' b[4k + m] -> dword 4L + m, rows 0..15 */
         const __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xDD);
         const __m512i f0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
         const __m512i f1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xDD);
-        const __m512i o[4] = {_mm512_shuffle_i32x4(e0, f0, 0x88), _mm512_shuffle_i32x4(e1, f1, 0x88),
-                              _mm512_shuffle_i32x4(e0, f0, 0xDD), _mm512_shuffle_i32x4(e1, f1, 0xDD)};
-        UNROLL for (int L = 0; L < 4; L++) {
-            const int c = 4 * L + m;
-            if (vn_4bit(F)) {
-                _mm512_store_si512((void *)(tb + 16 * (2 * c)), _mm512_and_si512(o[L], m4));
-                _mm512_store_si512((void *)(tb + 16 * (2 * c + 1)), _mm512_and_si512(_mm512_srli_epi16(o[L], 4), m4));
-            } else {
-                _mm512_store_si512((void *)(tb + 16 * c), o[L]);
-            }
+        o[m] = _mm512_shuffle_i32x4(e0, f0, 0x88);
+        o[4 + m] = _mm512_shuffle_i32x4(e1, f1, 0x88);
+        o[8 + m] = _mm512_shuffle_i32x4(e0, f0, 0xDD);
+        o[12 + m] = _mm512_shuffle_i32x4(e1, f1, 0xDD);
+    }
+}
+
+/* 16 rows of a chunk z in dwords, transposed (vn_words), stored: 8 bits: tb[16 c + r] = codes 4c..4c+3 of row r
+ * (c < 16); 4 bits: packed word c split into tb[16 (2c) + r] (low nibbles) and tb[16 (2c + 1) + r] (high
+ * nibbles), each a byte 0..15. */
+VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
+{
+    __m512i o[16];
+    vn_words(F, rp, z, o);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int c = 0; c < 16; c++) {
+        if (vn_4bit(F)) {
+            _mm512_store_si512((void *)(tb + 16 * (2 * c)), _mm512_and_si512(o[c], m4));
+            _mm512_store_si512((void *)(tb + 16 * (2 * c + 1)), _mm512_and_si512(_mm512_srli_epi16(o[c], 4), m4));
+        } else {
+            _mm512_store_si512((void *)(tb + 16 * c), o[c]);
         }
     }
 }
@@ -711,6 +720,13 @@ VNNI_INLINE __m512 vn_combine(const int ND, const __m512i *a)
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a[0]), _mm512_set1_ps(65536.0f));
     v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(256.0f), v);
     return _mm512_add_ps(v, _mm512_cvtepi32_ps(a[2]));
+}
+
+/* The same for one accumulator per digit (one digit: a[0] alone). */
+VNNI_INLINE __m512 vn_combine1(const int ND, const __m512i *a)
+{
+    if (ND == 1) return _mm512_cvtepi32_ps(a[0]);
+    return vn_combine(ND, a);
 }
 
 /* GC heads (qd, cor, sq at the first; GN = ND G words per column word) over TT transposed tiles tb (W / 4 words
@@ -831,8 +847,76 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
     pf_rest(&pf, (size_t)TT * nw);
 }
 
+/* One head (G = 1), rows t..t+nr (nr <= 16): each chunk's transposed words (vn_words) go straight into the
+ * digits' vpdpbusd, not through the tile buffer (which two or more heads share). Four chains per digit: the
+ * q4_0 chunk's 4 blocks, q8_0's 2 blocks x word parity, else the word index mod 4; a block's chains are added
+ * (exact) before vn_combine. AMD Zen 4 VM, bench_kernels, one head, keys, medians of 5 alternating runs, ns a row
+ * in L2 / streamed, through the buffer -> here: int4 3.9 / 4.5 -> 2.9 / 3.3, q4_0 5.4 / 6.0 -> 4.7 / 5.1, q8_0
+ * 6.2 / 8.0 -> 5.6 / 6.6, int8 4.0 / 5.3 -> 3.4 / 5.4; kvc bench int4 one head 5.6 -> 3.8 ms. */
+VNNI_INLINE void vn_tile1(const int F, const int ND, float *s, const int32_t *qd, const int32_t *cor, const float *sq,
+                          const KRows *k, size_t t, size_t i, size_t nr)
+{
+    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, N = (size_t)ND;
+    const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
+    const int NB = F == F_Q4_0 ? 4 : F == F_Q8_0 ? 2 : 1;   /* blocks per chunk (1: the row's one offset block) */
+    __m512 dsc[16];
+    const uint8_t *rp[2][16];
+    Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, 1, nz * 16);
+    if (is_block(F)) vn_block_scales(BB, W / 32, rp[0], dsc);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 f = _mm512_setzero_ps();
+    __m512i a[4][3];
+    UNROLL for (int ch = 0; ch < 4; ch++) UNROLL for (int e = 0; e < 3; e++) a[ch][e] = _mm512_setzero_si512();
+    for (size_t z = 0; z < nz; z++) {
+        if (is_block(F) || z == 0)   /* chain 0 of each block starts at its offset */
+            UNROLL for (int ch = 0; ch < 4; ch++)
+                UNROLL for (int e = 0; e < ND; e++) {
+                    const int b = F == F_Q4_0 ? ch : F == F_Q8_0 ? ch / 2 : 0, first = F == F_Q8_0 ? ch % 2 == 0 : F == F_Q4_0 || ch == 0;
+                    a[ch][e] = first ? _mm512_set1_epi32(cor[((size_t)NB * z + (size_t)b) * N + (size_t)e]) : _mm512_setzero_si512();
+                }
+        __m512i o[16];
+        vn_words(F, rp[0], z, o);
+        UNROLL for (int c = 0; c < 16; c++) {
+            pf_line(&pf, 16 * z + (size_t)c);
+            const int ch = F == F_Q4_0 ? c / 4 : F == F_Q8_0 ? 2 * (c / 8) + c % 2 : c % 4;
+            if (vn_4bit(F)) {
+                const __m512i lo = _mm512_and_si512(o[c], m4), hi = _mm512_and_si512(_mm512_srli_epi16(o[c], 4), m4);
+                const int32_t *q0 = qd + (cw * z + 2 * (size_t)c) * N, *q1 = q0 + N;
+                UNROLL for (int e = 0; e < ND; e++) {
+                    a[ch][e] = vn_dp_bcast(a[ch][e], lo, q0 + e);
+                    a[ch][e] = vn_dp_bcast(a[ch][e], hi, q1 + e);
+                }
+            } else {
+                const int32_t *q0 = qd + (cw * z + (size_t)c) * N;
+                UNROLL for (int e = 0; e < ND; e++) a[ch][e] = vn_dp_bcast(a[ch][e], o[c], q0 + e);
+            }
+        }
+        if (F == F_Q4_0)
+            UNROLL for (int b = 0; b < 4; b++) f = _mm512_fmadd_ps(vn_combine1(ND, a[b]), dsc[4 * z + (size_t)b], f);
+        if (F == F_Q8_0)
+            UNROLL for (int b = 0; b < 2; b++) {
+                __m512i sum[3];
+                UNROLL for (int e = 0; e < ND; e++) sum[e] = _mm512_add_epi32(a[2 * b][e], a[2 * b + 1][e]);
+                f = _mm512_fmadd_ps(vn_combine1(ND, sum), dsc[2 * z + (size_t)b], f);
+            }
+    }
+    pf_rest(&pf, nz * 16);
+    if (!is_block(F)) {
+        __m512i sum[3];
+        UNROLL for (int e = 0; e < ND; e++)
+            sum[e] = _mm512_add_epi32(_mm512_add_epi32(a[0][e], a[1][e]), _mm512_add_epi32(a[2][e], a[3][e]));
+        f = vn_combine1(ND, sum);
+    }
+    __mmask16 mk;
+    const __m512 sc = tile_scale(k, t, 0, nr, &mk);
+    f = _mm512_mul_ps(f, _mm512_set1_ps(sq[0]));
+    if (k->rscale) f = _mm512_mul_ps(f, sc);
+    _mm512_mask_storeu_ps(s + i, mk, f);
+}
+
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
- * W bytes). Three digits: tiles of 16 rows for four or more heads, else 32; fewer digits: 32 (more chains). */
+ * W bytes). One head: vn_tile1's 16 rows; three digits: tiles of 16 rows for four or more heads, else 32; fewer
+ * digits: 32 (more chains). */
 VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const float *qp, size_t G, const KRows *k,
                           size_t t0, size_t n, float *scr)
 {
@@ -844,6 +928,10 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     /* three digits at four or more heads: one tile of 16 rows (tune_intel: two tiles measured 10-15 % slower on the
      * Intel VM) or two (the AMD Zen 5 VM, bench_kernels keys in L2, medians of 4 alternating runs, ns a row, one ->
      * two tiles: q8_0 G = 4 8.3 -> 7.2, G = 8 13.1 -> 11.6; q4_0 G = 8 13.4 -> 11.2; int8 G = 8 10.0 -> 9.3) */
+    if (G == 1) {   /* one head: no tile buffer (vn_tile1) */
+        for (size_t r = 0; r < n; r += 16) vn_tile1(F, ND, s, qd, cor, sq, k, t0 + r, r, n - r < 16 ? n - r : 16);
+        return 0;
+    }
     const size_t step = ND == 3 && G >= 4 && tune_intel ? 16 : 32;
     for (size_t r = 0; r < n; r += step) {
         const size_t nr = n - r < step ? n - r : step;
