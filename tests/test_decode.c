@@ -603,7 +603,7 @@ static void int_rows_free(IntRows *x)
 
 /* The AVX-512 set's int8 / q8_0 / int4 / q4_0 key kernels with and without VNNI (integer dot products over the query in three
  * base-256 digits) against scores in double over the dequantized rows: W = 64 .. 576 (past the VNNI width limit),
- * G = 1 (q4_0's VNNI keys take one head too) / 2 / 3 / 5 / 8, n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
+ * G = 1 / 2 / 4 (vn_tiled: no tile buffer) / 3 / 5 / 8 (the buffer), n not a multiple of the 16-row tile, t0 > 0; a query of N(0, 1), one with an outlier
  * channel 100 x the rest, an all-zero one and one of 1e-35 x N(0, 1) (too small for the integer scale: the float32
  * kernel instead). Error: max_i |s_i - ref_i| / max_i sum_j |q_j k_ij| per head (the
  * size of the products, as cancelling sums make |ref| itself arbitrarily small); the worst printed. */
@@ -612,7 +612,7 @@ static void vnni_score_tests(void)
     const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
     if (!sets[0] || !sets[1]) return;
     const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
-    static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {1, 2, 3, 5, 8}, ns[] = {1, 17, 40};
+    static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {1, 2, 3, 4, 5, 8}, ns[] = {1, 17, 40};
     static const char *const fmts[] = {"int8", "q8_0", "int4", "q4_0"};
     double worst[4][2][2] = {{{0}}};   /* [format][vnni, float][plain query, outlier query] */
     rng r;
@@ -931,7 +931,7 @@ static void rounded_score_tests(void)
     }
     check(decode_kernels_avx512_rounded(0) == NULL && decode_kernels_avx512_rounded(3) == NULL,
           "decode-rounded-sets-only-1-2-digits", "a set for 0 or 3 digits");
-    static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {1, 2, 3, 5, 8}, ns[] = {1, 17, 40};
+    static const size_t Ws[] = {64, 128, 192, 512, 576}, Gs[] = {1, 2, 3, 4, 5, 8}, ns[] = {1, 17, 40};
     static const char *const fmts[] = {"int8", "q8_0", "int4", "q4_0"};
     double worst[2][2] = {{0}};   /* [digits - 1][vs rounded reference, vs exact query / bound] */
     rng r;

@@ -847,71 +847,87 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
     pf_rest(&pf, (size_t)TT * nw);
 }
 
-/* One head (G = 1), rows t..t+nr (nr <= 16): each chunk's transposed words (vn_words) go straight into the
- * digits' vpdpbusd, not through the tile buffer (which two or more heads share). Four chains per digit: the
- * q4_0 chunk's 4 blocks, q8_0's 2 blocks x word parity, else the word index mod 4; a block's chains are added
- * (exact) before vn_combine. AMD Zen 4 VM, bench_kernels, one head, keys, medians of 5 alternating runs, ns a row
- * in L2 / streamed, through the buffer -> here: int4 3.9 / 4.5 -> 2.9 / 3.3, q4_0 5.4 / 6.0 -> 4.7 / 5.1, q8_0
- * 6.2 / 8.0 -> 5.6 / 6.6, int8 4.0 / 5.3 -> 3.4 / 5.4; kvc bench int4 one head 5.6 -> 3.8 ms. */
-VNNI_INLINE void vn_tile1(const int F, const int ND, float *s, const int32_t *qd, const int32_t *cor, const float *sq,
-                          const KRows *k, size_t t, size_t i, size_t nr)
+/* GC = 1, 2 or 4 heads (qd, cor, sq at the first; G: the heads of the query words), rows t..t+nr (nr <= 16): each chunk's transposed words
+ * (vn_words) go straight into the digits' vpdpbusd, not through the tile buffer (which only more head groups
+ * would share). Blocks in order (q4_0: words 4b..4b+3 of a chunk, q8_0: 8b..8b+7), each (head, digit) in 4 / GC
+ * chains by word index, added (exact) before vn_combine. AMD Zen 4 VM, bench_kernels, one head, keys, medians of
+ * 5 alternating runs, ns a row in L2 / streamed, through the buffer -> here: one head int4 3.9 / 4.5 -> 2.9 /
+ * 3.3, q4_0 5.4 / 6.0 -> 4.7 / 5.1, q8_0 6.2 / 8.0 -> 5.6 / 6.6, int8 4.0 / 5.3 -> 3.4 / 5.4; four heads int8
+ * 12.0 / 11.5 -> 8.2 / 9.5, q8_0 14.8 / 14.3 -> 11.9 / 12.9, int4 12.7 / 14.3 -> 8.3 / 8.8, q4_0 12.1 / 13.3 ->
+ * 10.2 / 11.0; two heads int8 6.8 / 8.6 -> 4.8 / 6.2, q4_0 7.7 / 9.4 -> 6.4 / 7.0. kvc bench (65536 tokens x 8
+ * KV heads, medians of 3-5): int4 one head 5.6 -> 3.8 ms; four heads int8 17.6 -> 12.7, q8_0 19.2 -> 15.4,
+ * q4_0 17.6 -> 14.2, int4 14.6 -> 13.5. Eight heads keep the buffer (two groups of four): transposing again per
+ * group measured mixed in L2 (int8 22.0 -> 18.0, int4 18.5 -> 17.8, q8_0 23.6 -> 29.7, q4_0 21.1 -> 24.6). */
+VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, size_t ls, const int32_t *qd,
+                          const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
-    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, N = (size_t)ND;
+    const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, GN = (size_t)ND * G;
     const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
-    const int NB = F == F_Q4_0 ? 4 : F == F_Q8_0 ? 2 : 1;   /* blocks per chunk (1: the row's one offset block) */
+    const int NB = F == F_Q4_0 ? 4 : F == F_Q8_0 ? 2 : 1, WB = 16 / NB, NCH = 4 / GC;   /* blocks, their words */
     __m512 dsc[16];
     const uint8_t *rp[2][16];
     Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, 1, nz * 16);
     if (is_block(F)) vn_block_scales(BB, W / 32, rp[0], dsc);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 f = _mm512_setzero_ps();
-    __m512i a[4][3];
-    UNROLL for (int ch = 0; ch < 4; ch++) UNROLL for (int e = 0; e < 3; e++) a[ch][e] = _mm512_setzero_si512();
+    __m512 f[4];
+    __m512i a[4][4][3];   /* [chain][head][digit] */
+    UNROLL for (int g = 0; g < 4; g++) f[g] = _mm512_setzero_ps();
+    UNROLL for (int ch = 0; ch < 4; ch++)
+        UNROLL for (int g = 0; g < 4; g++) UNROLL for (int e = 0; e < 3; e++) a[ch][g][e] = _mm512_setzero_si512();
     for (size_t z = 0; z < nz; z++) {
-        if (is_block(F) || z == 0)   /* chain 0 of each block starts at its offset */
-            UNROLL for (int ch = 0; ch < 4; ch++)
-                UNROLL for (int e = 0; e < ND; e++) {
-                    const int b = F == F_Q4_0 ? ch : F == F_Q8_0 ? ch / 2 : 0, first = F == F_Q8_0 ? ch % 2 == 0 : F == F_Q4_0 || ch == 0;
-                    a[ch][e] = first ? _mm512_set1_epi32(cor[((size_t)NB * z + (size_t)b) * N + (size_t)e]) : _mm512_setzero_si512();
-                }
         __m512i o[16];
         vn_words(F, rp[0], z, o);
-        UNROLL for (int c = 0; c < 16; c++) {
-            pf_line(&pf, 16 * z + (size_t)c);
-            const int ch = F == F_Q4_0 ? c / 4 : F == F_Q8_0 ? 2 * (c / 8) + c % 2 : c % 4;
-            if (vn_4bit(F)) {
-                const __m512i lo = _mm512_and_si512(o[c], m4), hi = _mm512_and_si512(_mm512_srli_epi16(o[c], 4), m4);
-                const int32_t *q0 = qd + (cw * z + 2 * (size_t)c) * N, *q1 = q0 + N;
-                UNROLL for (int e = 0; e < ND; e++) {
-                    a[ch][e] = vn_dp_bcast(a[ch][e], lo, q0 + e);
-                    a[ch][e] = vn_dp_bcast(a[ch][e], hi, q1 + e);
+        UNROLL for (int b = 0; b < NB; b++) {
+            if (is_block(F) || z == 0)   /* chain 0 starts at the block's offset */
+                UNROLL for (int ch = 0; ch < NCH; ch++)
+                    UNROLL for (int g = 0; g < GC; g++)
+                        UNROLL for (int e = 0; e < ND; e++)
+                            a[ch][g][e] = ch ? _mm512_setzero_si512()
+                                             : _mm512_set1_epi32(cor[(((size_t)NB * z + (size_t)b) * G + (size_t)g) * (size_t)ND + (size_t)e]);
+            UNROLL for (int cc = 0; cc < WB; cc++) {
+                const int c = WB * b + cc, ch = cc % NCH;
+                pf_line(&pf, 16 * z + (size_t)c);
+                if (vn_4bit(F)) {
+                    const __m512i lo = _mm512_and_si512(o[c], m4), hi = _mm512_and_si512(_mm512_srli_epi16(o[c], 4), m4);
+                    const int32_t *q0 = qd + (cw * z + 2 * (size_t)c) * GN, *q1 = q0 + GN;
+                    UNROLL for (int g = 0; g < GC; g++)
+                        UNROLL for (int e = 0; e < ND; e++) {
+                            a[ch][g][e] = vn_dp_bcast(a[ch][g][e], lo, q0 + g * ND + e);
+                            a[ch][g][e] = vn_dp_bcast(a[ch][g][e], hi, q1 + g * ND + e);
+                        }
+                } else {
+                    const int32_t *q0 = qd + (cw * z + (size_t)c) * GN;
+                    UNROLL for (int g = 0; g < GC; g++)
+                        UNROLL for (int e = 0; e < ND; e++) a[ch][g][e] = vn_dp_bcast(a[ch][g][e], o[c], q0 + g * ND + e);
                 }
-            } else {
-                const int32_t *q0 = qd + (cw * z + (size_t)c) * N;
-                UNROLL for (int e = 0; e < ND; e++) a[ch][e] = vn_dp_bcast(a[ch][e], o[c], q0 + e);
             }
+            if (is_block(F))
+                UNROLL for (int g = 0; g < GC; g++) {
+                    __m512i sum[3];
+                    UNROLL for (int e = 0; e < ND; e++) {
+                        sum[e] = a[0][g][e];
+                        UNROLL for (int ch = 1; ch < NCH; ch++) sum[e] = _mm512_add_epi32(sum[e], a[ch][g][e]);
+                    }
+                    f[g] = _mm512_fmadd_ps(vn_combine1(ND, sum), dsc[(size_t)NB * z + (size_t)b], f[g]);
+                }
         }
-        if (F == F_Q4_0)
-            UNROLL for (int b = 0; b < 4; b++) f = _mm512_fmadd_ps(vn_combine1(ND, a[b]), dsc[4 * z + (size_t)b], f);
-        if (F == F_Q8_0)
-            UNROLL for (int b = 0; b < 2; b++) {
-                __m512i sum[3];
-                UNROLL for (int e = 0; e < ND; e++) sum[e] = _mm512_add_epi32(a[2 * b][e], a[2 * b + 1][e]);
-                f = _mm512_fmadd_ps(vn_combine1(ND, sum), dsc[2 * z + (size_t)b], f);
-            }
     }
     pf_rest(&pf, nz * 16);
-    if (!is_block(F)) {
-        __m512i sum[3];
-        UNROLL for (int e = 0; e < ND; e++)
-            sum[e] = _mm512_add_epi32(_mm512_add_epi32(a[0][e], a[1][e]), _mm512_add_epi32(a[2][e], a[3][e]));
-        f = vn_combine1(ND, sum);
-    }
     __mmask16 mk;
     const __m512 sc = tile_scale(k, t, 0, nr, &mk);
-    f = _mm512_mul_ps(f, _mm512_set1_ps(sq[0]));
-    if (k->rscale) f = _mm512_mul_ps(f, sc);
-    _mm512_mask_storeu_ps(s + i, mk, f);
+    UNROLL for (int g = 0; g < GC; g++) {
+        if (!is_block(F)) {
+            __m512i sum[3];
+            UNROLL for (int e = 0; e < ND; e++) {
+                sum[e] = a[0][g][e];
+                UNROLL for (int ch = 1; ch < NCH; ch++) sum[e] = _mm512_add_epi32(sum[e], a[ch][g][e]);
+            }
+            f[g] = vn_combine1(ND, sum);
+        }
+        __m512 v = _mm512_mul_ps(f[g], _mm512_set1_ps(sq[g]));
+        if (k->rscale) v = _mm512_mul_ps(v, sc);
+        _mm512_mask_storeu_ps(s + (size_t)g * ls + i, mk, v);
+    }
 }
 
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
@@ -928,8 +944,15 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     /* three digits at four or more heads: one tile of 16 rows (tune_intel: two tiles measured 10-15 % slower on the
      * Intel VM) or two (the AMD Zen 5 VM, bench_kernels keys in L2, medians of 4 alternating runs, ns a row, one ->
      * two tiles: q8_0 G = 4 8.3 -> 7.2, G = 8 13.1 -> 11.6; q4_0 G = 8 13.4 -> 11.2; int8 G = 8 10.0 -> 9.3) */
-    if (G == 1) {   /* one head: no tile buffer (vn_tile1) */
-        for (size_t r = 0; r < n; r += 16) vn_tile1(F, ND, s, qd, cor, sq, k, t0 + r, r, n - r < 16 ? n - r : 16);
+    if (G == 1 || G == 2 || G == 4) {   /* one head group: no tile buffer (vn_tiled) */
+        for (size_t r = 0; r < n; r += 16) {
+            const size_t nr = n - r < 16 ? n - r : 16;
+            if (G == 1) vn_tiled(F, ND, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+            else if (G == 2) vn_tiled(F, ND, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+            else
+                for (size_t h = 0; h < G; h += 4)
+                    vn_tiled(F, ND, 4, s + h * ls, ls, qd + (size_t)ND * h, cor + (size_t)ND * h, sq + h, G, k, t0 + r, r, nr);
+        }
         return 0;
     }
     const size_t step = ND == 3 && G >= 4 && tune_intel ? 16 : 32;
