@@ -632,16 +632,49 @@ INLINE int vn_prep(const int F, const int ND, int32_t *qd, int32_t *cor, float *
     return 0;
 }
 
+/* Word permutations of a block chunk's first 64 bytes (words 0..31) and the next 4 or 8 (32..): q8_0 (2 blocks of
+ * 34 bytes) the codes are words 1..16 and 18..33, the scales words 0 and 17; q4_0 (4 blocks of 18) the codes words
+ * 9 b + 1 .. 9 b + 8, the scales words 0, 9, 18, 27. */
+INLINE __m512i vn_code_words(const int F)
+{
+    if (F == F_Q8_0)
+        return _mm512_set_epi16(33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 16, 15, 14, 13, 12, 11,
+                                10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    return _mm512_set_epi16(35, 34, 33, 32, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16, 15, 14, 13, 12, 11,
+                            10, 8, 7, 6, 5, 4, 3, 2, 1);
+}
+/* lanes 0..15 <- the scale of block 2h, 16..31 <- block 2h + 1 (of the chunk) */
+INLINE __m512i vn_scale_words(const int F, int h)
+{
+    const short s0 = F == F_Q8_0 ? 0 : (short)(18 * h), s1 = F == F_Q8_0 ? 17 : (short)(18 * h + 9);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(s0)), _mm256_set1_epi16(s1), 1);
+}
+
 /* 16 rows of a chunk z in dwords, transposed: 8 bits: 64 codes (int8 bytes 64z..64z+63; q8_0 the codes of blocks
  * 2z and 2z+1), the sign bit flipped: o[c] lane r = codes 4c..4c+3 of row r (c < 16); 4 bits: 64 packed bytes
- * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), o[c] lane r = packed word c of row r. */
-VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m512i *o)
+ * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), o[c] lane r = packed word c of row r. With d (q8_0, q4_0):
+ * each row's chunk is read as its first 64 bytes and the 4 or 8 after, the codes gathered by one word permutation
+ * and the block scales put into row lanes by two masked ones (d[k] = block k of the chunk, 16 rows), instead of
+ * 16- or 32-byte loads joined by inserts and vn_block_scales' reads (bench_kernels keys in L2, medians of 5-7, ns
+ * a row: q8_0 G = 4 11.9-13.0 -> 11.3, q4_0 G = 4 10.2 -> 9.5, G = 2 6.4 -> 5.7; one head within the noise,
+ * q4_0 4.9-5.8 -> 5.1, q8_0 6.0-6.1 -> 6.2). */
+VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m512i *o, __m512 *d)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i r[16], a[16], b[16];
+    __m512i r[16], a[16], b[16], sx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     UNROLL for (int i = 0; i < 16; i++) {
         __m512i x;
-        if (F == F_Q8_0) {
+        if (is_block(F) && d) {   /* the chunk's first 64 bytes and the 4 or 8 after: codes by one word permutation */
+            const size_t CB = F == F_Q8_0 ? 2 * sizeof(StoreBlockQ8_0) : 4 * sizeof(StoreBlockQ4_0);
+            const uint8_t *p = rp[i] + z * CB;
+            const __m512i lo = _mm512_loadu_si512((const void *)p);
+            const __m512i hi = _mm512_maskz_loadu_epi16((__mmask32)(F == F_Q8_0 ? 0x3 : 0xF), p + 64);
+            x = _mm512_permutex2var_epi16(lo, vn_code_words(F), hi);
+            /* the block scales: words 0, 17 (q8_0) or 0, 9 | 18, 27 (q4_0) of the chunk into lanes i and 16 + i */
+            const __mmask32 mr = (__mmask32)((1u << i) | (1u << (16 + i)));
+            sx[0] = _mm512_mask_permutexvar_epi16(sx[0], mr, vn_scale_words(F, 0), lo);
+            if (F == F_Q4_0) sx[1] = _mm512_mask_permutexvar_epi16(sx[1], mr, vn_scale_words(F, 1), lo);
+        } else if (F == F_Q8_0) {
             const uint8_t *p = rp[i] + 2 * z * sizeof(StoreBlockQ8_0) + 2;
             x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
                                    _mm256_loadu_si256((const __m256i *)(const void *)(p + sizeof(StoreBlockQ8_0))), 1);
@@ -677,6 +710,14 @@ VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m51
         o[8 + m] = _mm512_shuffle_i32x4(e0, f0, 0xDD);
         o[12 + m] = _mm512_shuffle_i32x4(e1, f1, 0xDD);
     }
+    if (is_block(F) && d) {   /* d[k]: the chunk's block k, 16 rows */
+        d[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(sx[0]));
+        d[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sx[0], 1));
+        if (F == F_Q4_0) {
+            d[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(sx[1]));
+            d[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sx[1], 1));
+        }
+    }
 }
 
 /* 16 rows of a chunk z in dwords, transposed (vn_words), stored: 8 bits: tb[16 c + r] = codes 4c..4c+3 of row r
@@ -685,7 +726,7 @@ VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m51
 VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
 {
     __m512i o[16];
-    vn_words(F, rp, z, o);
+    vn_words(F, rp, z, o, NULL);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int c = 0; c < 16; c++) {
         if (vn_4bit(F)) {
@@ -862,12 +903,9 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
                           const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, GN = (size_t)ND * G;
-    const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
     const int NB = F == F_Q4_0 ? 4 : F == F_Q8_0 ? 2 : 1, WB = 16 / NB, NCH = 4 / GC;   /* blocks, their words */
-    __m512 dsc[16];
     const uint8_t *rp[2][16];
     Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, 1, nz * 16);
-    if (is_block(F)) vn_block_scales(BB, W / 32, rp[0], dsc);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 f[4];
     __m512i a[4][4][3];   /* [chain][head][digit] */
@@ -876,7 +914,8 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
         UNROLL for (int g = 0; g < 4; g++) UNROLL for (int e = 0; e < 3; e++) a[ch][g][e] = _mm512_setzero_si512();
     for (size_t z = 0; z < nz; z++) {
         __m512i o[16];
-        vn_words(F, rp[0], z, o);
+        __m512 dsc[4];   /* block formats: the chunk's block scales (vn_words) */
+        vn_words(F, rp[0], z, o, dsc);
         UNROLL for (int b = 0; b < NB; b++) {
             if (is_block(F) || z == 0)   /* chain 0 starts at the block's offset */
                 UNROLL for (int ch = 0; ch < NCH; ch++)
@@ -908,7 +947,7 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
                         sum[e] = a[0][g][e];
                         UNROLL for (int ch = 1; ch < NCH; ch++) sum[e] = _mm512_add_epi32(sum[e], a[ch][g][e]);
                     }
-                    f[g] = _mm512_fmadd_ps(vn_combine1(ND, sum), dsc[(size_t)NB * z + (size_t)b], f[g]);
+                    f[g] = _mm512_fmadd_ps(vn_combine1(ND, sum), dsc[b], f[g]);
                 }
         }
     }
