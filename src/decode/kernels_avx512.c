@@ -163,9 +163,9 @@ INLINE __m512 e4m3_f32(__m128i b)
     const __m512i x = _mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20);
     return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0x87F00000u)));
 }
-/* What the E4M3 kernels multiply the query (keys) or the weights (values) by, so that the products come out as the
- * AVX2 set's reading gives them (1/256 of the value: raw_scale 256), the same bits: powers of two, and the
- * products and sums stay normal floats as they were. A query element of E4M3_QMAX or more, or one not finite, takes
+/* What the E4M3 kernels multiply the query (keys) or the weights (values) by, so that the results are in the AVX2
+ * set's units (1/256 of the value: raw_scale 256): each product is the same float32 as with the FP16 reading (the
+ * factors are powers of two), and the products and sums stay normal floats as they were. A query element of E4M3_QMAX or more, or one not finite, takes
  * the AVX2 set's kernel instead (lifted, it would overflow); so does a weight. */
 #define E4M3_LIFT 0x1p112f
 #define E4M3_QMAX 32768.0f
@@ -888,7 +888,7 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
     pf_rest(&pf, (size_t)TT * nw);
 }
 
-/* GC = 1, 2 or 4 heads (qd, cor, sq at the first; G: the heads of the query words), rows t..t+nr (nr <= 16): each chunk's transposed words
+/* GC = 1, 2 or 4 heads (G = GC: qd's words hold G heads), rows t..t+nr (nr <= 16): each chunk's transposed words
  * (vn_words) go straight into the digits' vpdpbusd, not through the tile buffer (which only more head groups
  * would share). Blocks in order (q4_0: words 4b..4b+3 of a chunk, q8_0: 8b..8b+7), each (head, digit) in 4 / GC
  * chains by word index, added (exact) before vn_combine. AMD Zen 4 VM, bench_kernels, one head, keys, medians of
@@ -970,8 +970,8 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
 }
 
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
- * W bytes). One head: vn_tile1's 16 rows; three digits: tiles of 16 rows for four or more heads, else 32; fewer
- * digits: 32 (more chains). */
+ * W bytes). One, two or four heads: vn_tiled, 16 rows at a time; otherwise three digits: tiles of 16 rows for
+ * four or more heads, else 32; fewer digits: 32 (more chains). */
 VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const float *qp, size_t G, const KRows *k,
                           size_t t0, size_t n, float *scr)
 {
@@ -980,20 +980,18 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     float *sq = (float *)(void *)(cor + G * nb * N);
     int8_t *dg = (int8_t *)(void *)(sq + G);
     if (vn_prep(F, ND, qd, cor, sq, dg, qp, G, W)) return -1;
-    /* three digits at four or more heads: one tile of 16 rows (tune_intel: two tiles measured 10-15 % slower on the
-     * Intel VM) or two (the AMD Zen 5 VM, bench_kernels keys in L2, medians of 4 alternating runs, ns a row, one ->
-     * two tiles: q8_0 G = 4 8.3 -> 7.2, G = 8 13.1 -> 11.6; q4_0 G = 8 13.4 -> 11.2; int8 G = 8 10.0 -> 9.3) */
     if (G == 1 || G == 2 || G == 4) {   /* one head group: no tile buffer (vn_tiled) */
         for (size_t r = 0; r < n; r += 16) {
             const size_t nr = n - r < 16 ? n - r : 16;
             if (G == 1) vn_tiled(F, ND, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
             else if (G == 2) vn_tiled(F, ND, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
-            else
-                for (size_t h = 0; h < G; h += 4)
-                    vn_tiled(F, ND, 4, s + h * ls, ls, qd + (size_t)ND * h, cor + (size_t)ND * h, sq + h, G, k, t0 + r, r, nr);
+            else vn_tiled(F, ND, 4, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
         }
         return 0;
     }
+    /* three digits at four or more heads: one tile of 16 rows (tune_intel: two tiles measured 10-15 % slower on the
+     * Intel VM) or two (the AMD Zen 5 VM, bench_kernels keys in L2, medians of 4 alternating runs, ns a row, one ->
+     * two tiles: q8_0 G = 4 8.3 -> 7.2, G = 8 13.1 -> 11.6; q4_0 G = 8 13.4 -> 11.2; int8 G = 8 10.0 -> 9.3) */
     const size_t step = ND == 3 && G >= 4 && tune_intel ? 16 : 32;
     for (size_t r = 0; r < n; r += step) {
         const size_t nr = n - r < step ? n - r : step;
