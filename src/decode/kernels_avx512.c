@@ -897,8 +897,10 @@ VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size
  * 12.0 / 11.5 -> 8.2 / 9.5, q8_0 14.8 / 14.3 -> 11.9 / 12.9, int4 12.7 / 14.3 -> 8.3 / 8.8, q4_0 12.1 / 13.3 ->
  * 10.2 / 11.0; two heads int8 6.8 / 8.6 -> 4.8 / 6.2, q4_0 7.7 / 9.4 -> 6.4 / 7.0. kvc bench (65536 tokens x 8
  * KV heads, medians of 3-5): int4 one head 5.6 -> 3.8 ms; four heads int8 17.6 -> 12.7, q8_0 19.2 -> 15.4,
- * q4_0 17.6 -> 14.2, int4 14.6 -> 13.5. Eight heads keep the buffer (two groups of four): transposing again per
- * group measured mixed in L2 (int8 22.0 -> 18.0, int4 18.5 -> 17.8, q8_0 23.6 -> 29.7, q4_0 21.1 -> 24.6). */
+ * q4_0 17.6 -> 14.2, int4 14.6 -> 13.5. Eight heads of int8 / int4 run as two groups of four, each transposing
+ * again (keys in L2 / streamed, medians of 7: int8 17.6 / 19.3 -> 16.3 / 16.9, int4 18.1 / 19.0 -> 16.4 / 16.9;
+ * kvc bench G = 8, medians of 5: int8 25.8 -> 24.4 ms, int4 23.3 -> 22.2); q8_0 and q4_0 keep the buffer there
+ * (transposing again: 23.6 -> 29.7 and 21.1 -> 24.6 in L2). */
 VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, size_t ls, const int32_t *qd,
                           const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
@@ -970,8 +972,8 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
 }
 
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
- * W bytes). One, two or four heads: vn_tiled, 16 rows at a time; otherwise three digits: tiles of 16 rows for
- * four or more heads, else 32; fewer digits: 32 (more chains). */
+ * W bytes). One, two or four heads, and eight of int8 / int4: vn_tiled, 16 rows at a time; otherwise three
+ * digits: tiles of 16 rows for four or more heads, else 32; fewer digits: 32 (more chains). */
 VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const float *qp, size_t G, const KRows *k,
                           size_t t0, size_t n, float *scr)
 {
@@ -986,6 +988,14 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
             if (G == 1) vn_tiled(F, ND, 1, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
             else if (G == 2) vn_tiled(F, ND, 2, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
             else vn_tiled(F, ND, 4, s, ls, qd, cor, sq, G, k, t0 + r, r, nr);
+        }
+        return 0;
+    }
+    if (G == 8 && !is_block(F)) {   /* int8 / int4: two groups of four, each transposing again (vn_tiled) */
+        for (size_t r = 0; r < n; r += 16) {
+            const size_t nr = n - r < 16 ? n - r : 16;
+            for (size_t h = 0; h < G; h += 4)
+                vn_tiled(F, ND, 4, s + h * ls, ls, qd + (size_t)ND * h, cor + (size_t)ND * h, sq + h, G, k, t0 + r, r, nr);
         }
         return 0;
     }
