@@ -833,84 +833,92 @@ static double e4m3_value(uint8_t b)
 }
 
 /* The AVX-512 set's E4M3 kernels read each code as float32 bits (2^-120 of its value) and lift the query or the
- * weights by 2^112 instead: rows holding every code but the two NaNs (subnormals, both signs, the largest), W =
- * 64 / 128 / 160 (and 48: the AVX2 set's kernels), G = 1 / 4 / 8, n = 90 from t0 = 3, against double over the
- * codes' values (times the raw_scale, 256, the sets agree on); a query element of 40000 or a weight of 1e5
- * (lifted, they would pass float32's range) must give the AVX2 set's result, bit for bit. */
+ * weights by 2^112 instead (tunings other than INTEL), or read it as FP16 (INTEL: e4m3_f16, where float32
+ * subnormals cost microcode assists): rows holding every code but the two NaNs (subnormals, both signs, the
+ * largest), W = 64 / 128 / 160 (and 48: the AVX2 set's kernels), G = 1 / 4 / 8, n = 90 from t0 = 3, against
+ * double over the codes' values (times the raw_scale, 256, the sets agree on), under both readings; with the
+ * lift, a query element of 40000 or a weight of 1e5 (lifted, they would pass float32's range) must give the AVX2
+ * set's result, bit for bit (the FP16 reading takes them itself, and must still match double). */
 static void e4m3_lift_tests(void)
 {
     const KernelSet *x5 = decode_kernels_avx512(0), *x2 = decode_kernels_avx2();
     if (!x5 || !x2) return;
-    static const size_t Ws[] = {64, 128, 160, 48}, Gs[] = {1, 4, 8};
-    const size_t T = 100, t0 = 3, n = 90;
-    rng r;
-    rng_seed_u64(&r, 21);
-    double worst[2] = {0, 0};
-    for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
-        const size_t W = Ws[wi];
-        uint8_t *codes = xmalloc(T * W);
-        for (size_t i = 0; i < T * W; i++) {
-            uint8_t b = (uint8_t)(i * 37 + i / 256);
-            codes[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
-        }
-        const KRows k = {.type = STORE_E4M3, .codes = codes, .row_bytes = W, .W = W};
-        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
-            const size_t G = Gs[gi];
-            float *q = xmalloc(G * W * sizeof *q), *s5 = xmalloc(G * T * sizeof *s5), *s2 = xmalloc(G * T * sizeof *s2);
-            float *p = xmalloc(G * T * sizeof *p), *a5 = xmalloc(G * W * sizeof *a5), *a2 = xmalloc(G * W * sizeof *a2);
-            float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
-            for (int big = 0; big < 2; big++) {
-                for (size_t i = 0; i < G * W; i++) q[i] = (float)(3.0 * rng_standard_normal(&r));
-                for (size_t i = 0; i < G * T; i++) p[i] = (float)rng_next_double(&r);
-                if (big) q[G * W - 2] = 40000.0f, p[(G - 1) * T + t0 + 7] = 1e5f;   /* the last head's */
-                x5->scores[STORE_E4M3](s5, T, q, G, &k, t0, n, scr);
-                x2->scores[STORE_E4M3](s2, T, q, G, &k, t0, n, scr);
-                memset(a5, 0, G * W * sizeof *a5);
-                memset(a2, 0, G * W * sizeof *a2);
-                x5->vacc[STORE_E4M3](a5, p + t0, T, G, &k, t0, n, scr);
-                x2->vacc[STORE_E4M3](a2, p + t0, T, G, &k, t0, n, scr);
-                double es = 0, ev = 0;
-                for (size_t g = 0; g < G; g++) {
-                    double mx = 0, de = 0;
-                    for (size_t i = 0; i < n; i++) {
-                        double ref = 0, mag = 0;
-                        for (size_t j = 0; j < W; j++) {
-                            const double pj = (double)q[g * W + j] * e4m3_value(codes[(t0 + i) * W + j]);
-                            ref += pj, mag += fabs(pj);
-                        }
-                        if (mag > mx) mx = mag;
-                        const double d = fabs(256.0 * s5[g * T + i] - ref);
-                        if (!(d <= de)) de = d;
-                    }
-                    if (!(de / mx <= es)) es = de / mx;
-                    for (size_t j = 0; j < W; j++) {
-                        double ref = 0, mag = 0;
-                        for (size_t i = 0; i < n; i++) {
-                            const double pj = (double)p[g * T + t0 + i] * e4m3_value(codes[(t0 + i) * W + j]);
-                            ref += pj, mag += fabs(pj);
-                        }
-                        const double d = fabs(256.0 * a5[g * W + j] - ref) / (mag > 0 ? mag : 1);
-                        if (!(d <= ev)) ev = d;
-                    }
-                }
-                char name[96];
-                snprintf(name, sizeof name, "decode-avx512-e4m3-lift-W%zu-G%zu%s", W, G, big ? "-big" : "");
-                check(es < 1e-6 && ev < 1e-6, name, "scores %.3g, values %.3g of sum |products|", es, ev);
-                if (big || W % 32 != 0) {   /* the AVX2 set's kernels: its bits */
-                    snprintf(name, sizeof name, "decode-avx512-e4m3-avx2-bits-W%zu-G%zu%s", W, G, big ? "-big" : "");
-                    const int same_s = memcmp(s5 + (G - 1) * T, s2 + (G - 1) * T, n * sizeof *s5) == 0;
-                    const int same_v = memcmp(a5, a2, G * W * sizeof *a5) == 0;
-                    check(same_s && same_v, name, "scores %s, values %s", same_s ? "same" : "differ", same_v ? "same" : "differ");
-                }
-                if (es > worst[0]) worst[0] = es;
-                if (ev > worst[1]) worst[1] = ev;
+    const int was = decode_avx512_tune();
+    for (int rd = 0; rd < 2; rd++) {   /* 0: the lifted float32 reading (ZEN4), 1: FP16 (INTEL) */
+        decode_avx512_tune_set(rd ? DECODE_TUNE_INTEL : DECODE_TUNE_ZEN4);
+        const char *rname = rd ? "fp16" : "lift";
+        static const size_t Ws[] = {64, 128, 160, 48}, Gs[] = {1, 4, 8};
+        const size_t T = 100, t0 = 3, n = 90;
+        rng r;
+        rng_seed_u64(&r, 21);
+        double worst[2] = {0, 0};
+        for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
+            const size_t W = Ws[wi];
+            uint8_t *codes = xmalloc(T * W);
+            for (size_t i = 0; i < T * W; i++) {
+                uint8_t b = (uint8_t)(i * 37 + i / 256);
+                codes[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
             }
-            free(q), free(s5), free(s2), free(p), free(a5), free(a2), free(scr);
+            const KRows k = {.type = STORE_E4M3, .codes = codes, .row_bytes = W, .W = W};
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
+                const size_t G = Gs[gi];
+                float *q = xmalloc(G * W * sizeof *q), *s5 = xmalloc(G * T * sizeof *s5), *s2 = xmalloc(G * T * sizeof *s2);
+                float *p = xmalloc(G * T * sizeof *p), *a5 = xmalloc(G * W * sizeof *a5), *a2 = xmalloc(G * W * sizeof *a2);
+                float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+                for (int big = 0; big < 2; big++) {
+                    for (size_t i = 0; i < G * W; i++) q[i] = (float)(3.0 * rng_standard_normal(&r));
+                    for (size_t i = 0; i < G * T; i++) p[i] = (float)rng_next_double(&r);
+                    if (big) q[G * W - 2] = 40000.0f, p[(G - 1) * T + t0 + 7] = 1e5f;   /* the last head's */
+                    x5->scores[STORE_E4M3](s5, T, q, G, &k, t0, n, scr);
+                    x2->scores[STORE_E4M3](s2, T, q, G, &k, t0, n, scr);
+                    memset(a5, 0, G * W * sizeof *a5);
+                    memset(a2, 0, G * W * sizeof *a2);
+                    x5->vacc[STORE_E4M3](a5, p + t0, T, G, &k, t0, n, scr);
+                    x2->vacc[STORE_E4M3](a2, p + t0, T, G, &k, t0, n, scr);
+                    double es = 0, ev = 0;
+                    for (size_t g = 0; g < G; g++) {
+                        double mx = 0, de = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            double ref = 0, mag = 0;
+                            for (size_t j = 0; j < W; j++) {
+                                const double pj = (double)q[g * W + j] * e4m3_value(codes[(t0 + i) * W + j]);
+                                ref += pj, mag += fabs(pj);
+                            }
+                            if (mag > mx) mx = mag;
+                            const double d = fabs(256.0 * s5[g * T + i] - ref);
+                            if (!(d <= de)) de = d;
+                        }
+                        if (!(de / mx <= es)) es = de / mx;
+                        for (size_t j = 0; j < W; j++) {
+                            double ref = 0, mag = 0;
+                            for (size_t i = 0; i < n; i++) {
+                                const double pj = (double)p[g * T + t0 + i] * e4m3_value(codes[(t0 + i) * W + j]);
+                                ref += pj, mag += fabs(pj);
+                            }
+                            const double d = fabs(256.0 * a5[g * W + j] - ref) / (mag > 0 ? mag : 1);
+                            if (!(d <= ev)) ev = d;
+                        }
+                    }
+                    char name[96];
+                    snprintf(name, sizeof name, "decode-avx512-e4m3-%s-W%zu-G%zu%s", rname, W, G, big ? "-big" : "");
+                    check(es < 1e-6 && ev < 1e-6, name, "scores %.3g, values %.3g of sum |products|", es, ev);
+                    if ((big && !rd) || W % 32 != 0) {   /* the AVX2 set's kernels: its bits */
+                        snprintf(name, sizeof name, "decode-avx512-e4m3-%s-avx2-bits-W%zu-G%zu%s", rname, W, G, big ? "-big" : "");
+                        const int same_s = memcmp(s5 + (G - 1) * T, s2 + (G - 1) * T, n * sizeof *s5) == 0;
+                        const int same_v = memcmp(a5, a2, G * W * sizeof *a5) == 0;
+                        check(same_s && same_v, name, "scores %s, values %s", same_s ? "same" : "differ", same_v ? "same" : "differ");
+                    }
+                    if (es > worst[0]) worst[0] = es;
+                    if (ev > worst[1]) worst[1] = ev;
+                }
+                free(q), free(s5), free(s2), free(p), free(a5), free(a2), free(scr);
+            }
+            free(codes);
         }
-        free(codes);
+        printf("# avx512 e4m3 (%s reading) vs double, every code: scores %.2g, values %.2g of sum |products|\n",
+               rd ? "FP16" : "lifted float32", worst[0], worst[1]);
     }
-    printf("# avx512 e4m3 (lifted float32 reading) vs double, every code: scores %.2g, values %.2g of sum |products|\n",
-           worst[0], worst[1]);
+    decode_avx512_tune_set(was);
 }
 
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the
