@@ -43,7 +43,8 @@
  * store_dequantize_rows_f32 - low rank: C'B' in float - then runs the fused f32 kernels over it: the cost
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
  * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
- * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels.
+ * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels, KVC_ISA=avx512-noamx
+ * the AVX-512 set without its AMX int8 key kernel (decode_amx).
  * DECODE_FUSED_INT16Q and DECODE_FUSED_INT8Q (only where DECODE_FUSED has the VNNI set; decoder_create fails
  * elsewhere): the same, except that int8, q8_0, int4 and q4_0 keys take the query rounded per head to an int16
  * (2 bytes: |q - q'| <= max|q| / 64766) or an int8 (|q - q'| <= max|q| / 254, ggml's precision) at any number
@@ -121,13 +122,17 @@ int decode_time_pair(double *ns_a, double *ns_b, const DecodeCache *a, const Dec
 enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_AVX512F = 8, DECODE_CPU_AVX512BW = 16,
        DECODE_CPU_AVX512VL = 32, DECODE_CPU_AVX512VNNI = 64,
        DECODE_CPU_AMD = 128,    /* the vendor: the AVX-512 sets' tuning (kernels.h) */
-       DECODE_CPU_AMD_F19 = 256 /* AMD family 19h (with AVX-512: Zen 4) */ };
+       DECODE_CPU_AMD_F19 = 256, /* AMD family 19h (with AVX-512: Zen 4) */
+       DECODE_CPU_AMX_INT8 = 512 /* AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0 bits 17, 18) */ };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
 const char *decode_isa(void);
 /* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
 int decode_vnni(void);
+/* 1 when that set's int8 key slot also takes 2 to 8 heads (D 64 or 128) as AMX tile products (Intel AMX-INT8,
+ * granted by the OS; not KVC_ISA=avx512-noamx or avx512-novnni): the VNNI kernels' scores, faster. */
+int decode_amx(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */
 const char *decode_tune(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times

@@ -131,6 +131,12 @@ const KernelSet *decode_kernels_avx512(int vnni);
  * other AMD: AMD, else INTEL); KVC_TUNE=intel, amd or zen4 chooses. decode_avx512_tune_set, for tests, changes it
  * for the calls that follow (not while a decoder runs). */
 enum { DECODE_TUNE_AMD = 0, DECODE_TUNE_INTEL = 1, DECODE_TUNE_ZEN4 = 2 };
+/* 1 when the VNNI set's int8 key slot takes 2 to 8 heads (W 64 or 128) as AMX tile products (kernels_avx512.c,
+ * amx_int8_scores: the same scores as its VNNI kernels, bit for bit): cpuid reports AMX-INT8, the OS saves the
+ * tile state, Linux granted it, and KVC_ISA is not avx512-noamx. decode_avx512_amx_set, for tests and
+ * bench_kernels, turns it off (0) or back on (1, where available) for the calls that follow; returns the old value. */
+int decode_avx512_amx(void);
+int decode_avx512_amx_set(int on);
 int decode_avx512_tune(void);
 void decode_avx512_tune_set(int tune);
 /* The VNNI set with the int8, q8_0, int4 and q4_0 key slots taking the query rounded to `digits` 8-bit digits

@@ -52,6 +52,7 @@
  * Numerics: float32 products and sums like the AVX2 kernels (different grouping of the same kind of sums); the
  * summation order depends only on W, n and G (and KIVI's group), never on the thread count.
  */
+#define _DEFAULT_SOURCE   /* syscall: Linux's arch_prctl, which grants the AMX tile state */
 #include "decode/decode.h"
 #include "decode/kernels.h"
 #include "decode/kernels_kivi.h"
@@ -64,6 +65,10 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
@@ -988,6 +993,125 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
     }
 }
 
+/* ---- int8 keys of two to eight heads with AMX (Intel's tile matrix unit) ------------------------------------------
+
+ * Where cpuid reports AMX-TILE and AMX-INT8, the OS enables the tile state (XCR0 bits 17, 18) and grants this
+ * process its use (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once when the set is made; amx_on), int8 keys of 2 to
+ * 8 heads with W = 64 or 128 (the VNNI set, three digits) are one tile product per 16 rows and 64 columns: A = the
+ * 16 rows' codes as they are stored (signed bytes, read by tileloadd with the row stride: no transposition, no
+ * sign flip, no offset), B = the query digits of up to four heads (vn_prep's words, column 4 h + e for head h and
+ * digit e, column 4 h + 3 zero), C += A B by tdpbssd (signed x signed, exact int32 sums, as vpdpbusd's). The 16 x 16
+ * sums are stored, and one shuffle tree per group of four heads turns rows of (head, digit) into each head's 16
+ * scores: lanes times 65536, 256, 1, 0 (exact), pairs added ((D0 65536 + D1 256) + (D2 + 0): the VNNI kernels'
+ * vn_combine, the same two roundings), then a 4 x 4 transposition of 128-bit lanes. The scores are the VNNI
+ * kernels' bits (tests/test_decode.c checks that, and against double). The tile registers: tmm0 A, tmm1 / tmm2 the
+ * two head groups' C, tmm3 + 2 z + grp the B of chunk z and group grp (loaded once per call). KVC_ISA=avx512-noamx
+ * keeps the VNNI kernels. */
+static int amx_on;   /* AMX int8 keys usable and chosen (decode_kernels_avx512; decode_avx512_amx_set for tests) */
+
+typedef struct {
+    uint8_t palette, start;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} AmxConfig;
+
+#define AMX_FN static __attribute__((noinline, target("avx512vnni,amx-tile,amx-int8")))
+
+/* The C sums of 16 rows for four heads (cb: 16 rows of 16 int32, column 4 h + e) -> the scores of heads 0..gh-1 at
+ * s + h ls (mk: the rows to store; sc: the token scales). */
+INLINE void amx_post(const int32_t *cb, float *s, size_t ls, const float *sq, size_t gh, int scaled, __m512 sc,
+                     __mmask16 mk)
+{
+    const __m512 wv = _mm512_setr_ps(65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f,
+                                     1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f);
+    __m512 P[8], Q[4];
+    UNROLL for (int i = 0; i < 8; i++) {   /* rows 2i, 2i + 1: [D0 65536 + D1 256, D2, same of the next row] per head */
+        const __m512 a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 32 * i))), wv);
+        const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 32 * i + 16))), wv);
+        P[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    UNROLL for (int k = 0; k < 4; k++)   /* rows 4k..4k+3 of each head: its 128-bit lane */
+        Q[k] = _mm512_add_ps(_mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 t0 = _mm512_shuffle_f32x4(Q[0], Q[1], 0x44), t1 = _mm512_shuffle_f32x4(Q[0], Q[1], 0xEE);
+    const __m512 t2 = _mm512_shuffle_f32x4(Q[2], Q[3], 0x44), t3 = _mm512_shuffle_f32x4(Q[2], Q[3], 0xEE);
+    const __m512 o[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
+                         _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+    UNROLL for (int h = 0; h < 4; h++) {
+        if ((size_t)h >= gh) break;
+        __m512 v = _mm512_mul_ps(o[h], _mm512_set1_ps(sq[h]));
+        if (scaled) v = _mm512_mul_ps(v, sc);
+        _mm512_mask_storeu_ps(s + (size_t)h * ls, mk, v);
+    }
+}
+
+/* 16 rows from row t (nr of them real) of chunk z into tmm0: straight from the cache, or (nr < 16) from ab, the
+ * rows copied with the last repeated (never reading past the tensor). */
+#define AMX_LOAD_A(z)                                                                                             \
+    do {                                                                                                           \
+        if (nr == 16) _tile_loadd(0, k->codes + t * rb + 64 * (z), (long)rb);                                      \
+        else _tile_loadd(0, ab + 64 * (z), (long)W);                                                               \
+    } while (0)
+
+/* G (2..8) heads of int8 keys, W 64 or 128, rows t0..t0+n: the digit words qd (vn_prep, three digits). */
+AMX_FN void amx_int8_scores(float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k,
+                            size_t t0, size_t n)
+{
+    const size_t W = k->W, nz = W / 64, ng = (G + 3) / 4, rb = k->row_bytes;
+    int32_t bt[4][256] __attribute__((aligned(64)));   /* B of chunk z, group grp at bt[2 z + grp] */
+    int32_t cb[2][256] __attribute__((aligned(64)));
+    int8_t ab[16 * 128] __attribute__((aligned(64)));
+    memset(bt, 0, sizeof bt);
+    for (size_t z = 0; z < nz; z++)
+        for (size_t grp = 0; grp < ng; grp++)
+            for (size_t w = 0; w < 16; w++)
+                for (size_t h = 4 * grp; h < G && h < 4 * grp + 4; h++)
+                    for (size_t e = 0; e < 3; e++) bt[2 * z + grp][16 * w + 4 * (h % 4) + e] = qd[((16 * z + w) * G + h) * 3 + e];
+    AmxConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 7; i++) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+    _tile_loadconfig(&cfg);
+    _tile_loadd(3, bt[0], 64);
+    if (ng > 1) _tile_loadd(4, bt[1], 64);
+    if (nz > 1) {
+        _tile_loadd(5, bt[2], 64);
+        if (ng > 1) _tile_loadd(6, bt[3], 64);
+    }
+    for (size_t r = 0; r < n; r += 16) {
+        const size_t nr = n - r < 16 ? n - r : 16, t = t0 + r;
+        if (nr < 16)
+            for (size_t i = 0; i < 16; i++) memcpy(ab + i * W, k->codes + (t + (i < nr ? i : nr - 1)) * rb, W);
+        else if (r + 48 <= n)   /* the rows two tiles ahead */
+            for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, W);
+        _tile_zero(1);
+        if (ng > 1) _tile_zero(2);
+        AMX_LOAD_A(0);   /* the register numbers must be literals: C of group grp = grp + 1, B = 3 + 2 z + grp */
+        _tile_dpbssd(1, 0, 3);
+        if (ng > 1) _tile_dpbssd(2, 0, 4);
+        if (nz > 1) {
+            AMX_LOAD_A(1);
+            _tile_dpbssd(1, 0, 5);
+            if (ng > 1) _tile_dpbssd(2, 0, 6);
+        }
+        _tile_stored(1, cb[0], 64);
+        if (ng > 1) _tile_stored(2, cb[1], 64);
+        __mmask16 mk;
+        const __m512 sc = tile_scale(k, t, 0, nr, &mk);
+        for (size_t grp = 0; grp < ng; grp++)
+            amx_post(cb[grp], s + 4 * grp * ls + r, ls, sq + 4 * grp, G - 4 * grp < 4 ? G - 4 * grp : 4, k->rscale != NULL, sc, mk);
+    }
+    _tile_release();
+}
+#undef AMX_LOAD_A
+
+/* amx_int8_scores takes these shapes (three digits only: the rounded-query sets keep their VNNI kernels). */
+INLINE int amx_takes(const int F, const int ND, size_t G, size_t W)
+{
+    return amx_on && F == F_INT8 && ND == 3 && G >= 2 && G <= 8 && (W == 64 || W == 128);
+}
+
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
  * W bytes). One, two or four heads, and eight of int8 / int4: vn_tiled, 16 rows at a time; otherwise three
  * digits: tiles of 16 rows for four or more heads, else 32; fewer digits: 32 (more chains). */
@@ -999,6 +1123,10 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     float *sq = (float *)(void *)(cor + G * nb * N);
     int8_t *dg = (int8_t *)(void *)(sq + G);
     if (vn_prep(F, ND, qd, cor, sq, dg, qp, G, W)) return -1;
+    if (amx_takes(F, ND, G, W)) {   /* int8, 2..8 heads: AMX tile products */
+        amx_int8_scores(s, ls, qd, sq, G, k, t0, n);
+        return 0;
+    }
     if (G == 1 || G == 2 || G == 4) {   /* one head group: no tile buffer (vn_tiled) */
         for (size_t r = 0; r < n; r += 16) {
             const size_t nr = n - r < 16 ? n - r : 16;
@@ -1828,6 +1956,22 @@ __attribute__((target("no-avx512f"))) static void int_keys(KernelSet *k, const c
     k->vacc[STORE_Q4_0] = vacc_q4_0_vn;
 }
 
+/* 1 when the CPU and OS report AMX-INT8 (decode_cpu_features) and Linux grants this process the tile data state
+ * (asked once; without the grant the first tile instruction would be an illegal instruction). */
+__attribute__((target("no-avx512f"))) static int amx_granted(void)
+{
+    static int asked, granted;
+    if (!asked) {
+        asked = 1;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+        enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+        granted = (decode_cpu_features() & DECODE_CPU_AMX_INT8) &&
+                  syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
+    }
+    return granted;
+}
+
 /* Safe to call on any x86-64 CPU: the CPU is asked first, and this function alone is compiled without AVX-512
  * (its table copy could otherwise use zmm moves, an illegal instruction where AVX-512 is missing). */
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int vnni)
@@ -1870,9 +2014,19 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         int_keys(&kernels_avx512_vnni, NULL, scores_int8, scores_q8_0, scores_int4_vn, scores_q4_0_vn);
         int_keys(&kernels_avx512_r2, "avx512-int16q", scores_int8_r2, scores_q8_0_r2, scores_int4_r2, scores_q4_0_r2);
         int_keys(&kernels_avx512_r1, "avx512-int8q", scores_int8_r1, scores_q8_0_r1, scores_int4_r1, scores_q4_0_r1);
+        const char *isa = getenv("KVC_ISA");
+        amx_on = amx_granted() && !(isa && strcmp(isa, "avx512-noamx") == 0);
         ready = 1;
     }
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
+}
+
+__attribute__((target("no-avx512f"))) int decode_avx512_amx(void) { return amx_on; }
+__attribute__((target("no-avx512f"))) int decode_avx512_amx_set(int on)
+{
+    const int was = amx_on;
+    amx_on = on && amx_granted();
+    return was;
 }
 
 __attribute__((target("no-avx512f"))) int decode_avx512_tune(void)
@@ -1896,6 +2050,8 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rou
 
 #else
 /* Built without the AVX-512 flags (a non-x86 target): no AVX-512 kernels. */
+int decode_avx512_amx(void) { return 0; }
+int decode_avx512_amx_set(int on) { (void)on; return 0; }
 int decode_avx512_tune(void) { return DECODE_TUNE_INTEL; }
 void decode_avx512_tune_set(int tune) { (void)tune; }
 const KernelSet *decode_kernels_avx512(int vnni)
