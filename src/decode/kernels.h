@@ -15,8 +15,8 @@
  *                          only file built with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do
  *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
  *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set). Where cpuid also reports
- *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots of two or more heads (q4_0: any; all four from one head
- *                          where decode_avx512_tune() is not INTEL, below) take exact
+ *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots (any number of heads; int8 at 2 to 8
+ *                          heads through AMX tiles where the CPU has AMX-INT8) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
  *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels), and its int8, int4
  *                          and q4_0 value slots of one head exact integer sums with the weights in three digits.
@@ -116,17 +116,17 @@ extern const KernelSet decode_kernels_ref;
 /* NULL when kvc was built without the AVX2 translation units (non-x86 targets). */
 const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
- * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd) for two or
- * more heads (q4_0 also for one; all four for one where decode_avx512_tune() is not DECODE_TUNE_INTEL), and the
+ * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd; int8 at 2 to 8
+ * heads AMX tile products where available, decode_avx512_amx) for any number of heads, and the
  * int8, int4 and q4_0 value slots integer sums for one head (D % 128 == 0, D <= 512).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
-/* The AVX-512 sets' kernel choices that measured differently by machine: DECODE_TUNE_INTEL (an Intel Sapphire Rapids
- * VM), DECODE_TUNE_AMD (an AMD Zen 5 VM), DECODE_TUNE_ZEN4 (an AMD Zen 4 VM). One query head per KV head (G = 1):
- * f16 keys and values, int8 keys, q8_0 keys and values and q4_0 keys (without VNNI) take the AVX2 set's one-head
- * kernels (INTEL) or their own (AMD, with int8, q8_0 and int4 keys on the VNNI kernels; ZEN4 as AMD except f16 keys
- * and q8_0 values, the AVX2 set's); the VNNI keys at four or more heads: tiles of 16 rows (INTEL) or 32; the key
+/* The AVX-512 sets' kernel choices that measured differently by machine: DECODE_TUNE_INTEL (Intel Sapphire Rapids
+ * VMs), DECODE_TUNE_AMD (an AMD Zen 5 VM), DECODE_TUNE_ZEN4 (an AMD Zen 4 VM). E4M3: read through FP16 (INTEL: there
+ * the float32 reading's subnormals cost microcode assists) or as float32 bits, the same results. One query head per
+ * KV head (G = 1): the set's own kernels (int8, q8_0 and int4 keys on the VNNI kernels), but f16 keys and q8_0
+ * values on the AVX2 set's (ZEN4); the VNNI keys at four or more heads: tiles of 16 rows (INTEL) or 32; the key
  * tiles' prefetch: two tiles ahead, at most 4 KiB on ZEN4. Default: cpuid's vendor and family (AMD family 19h: ZEN4,
  * other AMD: AMD, else INTEL); KVC_TUNE=intel, amd or zen4 chooses. decode_avx512_tune_set, for tests, changes it
  * for the calls that follow (not while a decoder runs). */

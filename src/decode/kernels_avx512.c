@@ -1,8 +1,8 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
- * integer dot products for two or more heads (q4_0: any number; all four from one head where the tuning says so,
- * tune_intel 0). This file alone is compiled with -mavx512f
+ * integer dot products at any number of heads (int8 keys of 2 to 8 heads through AMX tiles where the CPU has
+ * AMX-INT8). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -40,8 +40,7 @@
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
  * unit converted once per group of heads.
- * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of two or more heads (q4_0: one too; all four
- * from one head with tune_intel 0, on AMD) as exact
+ * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of any number of heads as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
  * with AVX-512 VNNI" below); int8, int4 and q4_0 values of one head as exact integer sums over the weights in
  * three 8-bit digits (vpdpbusd over 4-token groups; see "values of one query head with AVX-512 VNNI"). The rounded-query sets (decode_kernels_avx512_rounded, a user's choice, never the
@@ -123,9 +122,9 @@ INLINE void pf_rest(const Prefetch *c, size_t from)
 }
 
 /* The kernel choices that were measured to differ between machines (kernels.h, decode_avx512_tune): tune_intel 1 =
- * Intel's (an Intel Sapphire Rapids VM), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): one query
- * head per KV head (the slots below), the VNNI key tiles' height at four or more heads (vn_scores) and the key
- * tiles' prefetch distance (pf_cap). Set once with the set (cpuid's vendor and family, or KVC_TUNE), or by
+ * Intel's (Intel Sapphire Rapids VMs), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): how E4M3 is
+ * read (e4m3_f16 on Intel), one query head per KV head (tune_zen4's f16 keys and q8_0 values, DEFINE_FORMAT), the
+ * VNNI key tiles' height at four or more heads (vn_scores) and the key tiles' prefetch distance (pf_cap). Set once with the set (cpuid's vendor and family, or KVC_TUNE), or by
  * decode_avx512_tune_set. */
 static int tune_intel = 1, tune_zen4 = 0;
 
@@ -531,7 +530,7 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
 
 /* ---- int8 / q8_0 / int4 / q4_0 keys with AVX-512 VNNI: integer dot products over transposed tiles ---------- */
 
-/* Used for two or more heads (q4_0: one too; all four from one head with tune_intel 0), W <= VN_MAXW and W % 64 == 0
+/* Used for any number of heads, W <= VN_MAXW and W % 64 == 0
  * (8 bits) or W % 128 == 0 (4 bits), in
  * the VNNI set (decode_kernels_avx512(1) when cpuid reports AVX512_VNNI; KVC_ISA=avx512-novnni keeps the float32 kernels).
  *
@@ -1756,33 +1755,31 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
-/* The one-head choice (tune_intel, above): 1 = the AVX2 set's kernels for one query head per KV head where
- * ONE_AVX2 / ONE_AVX2_V below say so, and the VNNI keys from two heads; 0 = this file's kernels at one head too
- * (VNNI keys from one head). Measured on an AMD EPYC (Zen 5) VM, bench_kernels, one head, medians of 3, ns a row in
- * L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 / 6.8, f16 values 5.6 / 7.9 -> 2.1 / 6.8, int8 keys
- * 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 / 6.4 -> VNNI 4.3 / 5.0, q8_0 values 6.2 / 6.7 ->
- * 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 / 3.4; kvc bench, 65536 tokens x 8 KV heads, 1
- * thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9, q8_0 6.9 -> 5.2, int4 3.8 -> 3.5. On an Intel
- * Sapphire Rapids VM the AVX2 kernels measured as fast or faster (below). On an AMD Zen 4 VM (tune_zen4: AMD's
- * choices but for f16 keys and q8_0 values) the AVX2 f16 keys and q8_0 values were faster streamed (bench_kernels,
- * one head, medians of 3 alternating runs, ns a row, here -> AVX2: f16 keys 17.2 -> 13.1 (in L2 5.1 -> 7.2), q8_0
- * values 8.2 -> 6.2) and the rest slower or the same (int8 keys 5.1 -> 8.9, int4 keys 4.4 -> 5.7, f16 values 8.6
- * -> 10.5). */
-static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
+/* The one-head choice: this file's kernels at one query head per KV head too (VNNI keys from one head), but for
+ * f16 keys and q8_0 values under tune_zen4 (Z4 / Z4_V below: the AVX2 set's). Measured on an AMD EPYC (Zen 5) VM,
+ * bench_kernels, one head, medians of 3, ns a row in L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 /
+ * 6.8, f16 values 5.6 / 7.9 -> 2.1 / 6.8, int8 keys 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 /
+ * 6.4 -> VNNI 4.3 / 5.0, q8_0 values 6.2 / 6.7 -> 3.2 / 4.1, int4 keys (float tiles here) 3.3 / 3.9 -> VNNI 2.3 /
+ * 3.4; kvc bench, 65536 tokens x 8 KV heads, 1 thread, 3 alternating rounds: f16 9.2 -> 8.1 ms, int8 5.4 -> 4.9,
+ * q8_0 6.9 -> 5.2, int4 3.8 -> 3.5. On an AMD Zen 4 VM the AVX2 f16 keys and q8_0 values were faster streamed
+ * (bench_kernels, one head, medians of 3 alternating runs, ns a row, here -> AVX2: f16 keys 17.2 -> 13.1 (in L2 5.1
+ * -> 7.2), q8_0 values 8.2 -> 6.2) and the rest slower or the same (int8 keys 5.1 -> 8.9, int4 keys 4.4 -> 5.7, f16
+ * values 8.6 -> 10.5). An earlier Intel Sapphire Rapids VM, with earlier kernels, measured the AVX2 one-head
+ * kernels as fast or faster, and tune_intel took them for q4_0 (without VNNI), int8 and q8_0 keys, q8_0 values and
+ * both f16 sides; a later Sapphire Rapids VM with these kernels measured this file's faster (bench_kernels, one
+ * head, medians of 5 alternating runs, ns a row in L2 / streamed, AVX2 -> here: int8 keys 11.9 / 18.1 -> 5.6 /
+ * 13.1, int4 keys 9.3 / 10.7 -> 5.0 / 7.3, q8_0 keys 14.3 / 17.4 -> 12.2 / 14.3, f16 values 10.5 / 27.3 -> 6.5 /
+ * 25.4; kvc bench, 65536 tokens x 8 KV heads, 1 thread, medians of 3 alternating rounds: int4 10.7 -> 8.7 ms, int8
+ * 16.6 -> 14.5, q8_0 19.2 -> 15.8, f16 28.7 -> 27.4, q4_0 12.5 -> 12.5), so tune_intel takes them too now. */
+static size_t vn_ming(void) { return 1; }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
- * query head per KV head when ONE_AVX2 (keys) / ONE_AVX2_V (values) and tune_intel: q4_0's, int8's and q8_0's keys,
- * q8_0's and f16's values and both f16 sides (the AVX2 set's one-head kernels, q4_0's offset folded into the
- * query, f16's streaming, measured as fast or faster there on the Intel VM; f16's values took 24 instead of 14-15
- * ns a row here on that VM, 6.8 against the AVX2 kernel's 7.9 on the Zen 5 VM). Not int4,
- * whose column order here differs from the AVX2 set's; not (bench_kernels, one head, streamed, ns a row, AVX2 ->
- * here) q4_0's values (8.5-8.9 -> 6.3), int8's values (9.6 -> 7.3-7.5), e4m3's keys (11.0-11.2 -> 10.1-10.7) and
- * values (9.8-10.0 -> 7.3-7.8). */
-#define DEFINE_FORMAT(NAME, F, TYPE, ONE_AVX2, ONE_AVX2_V, Z4, Z4_V)                                            \
+ * query head per KV head when Z4 (keys) / Z4_V (values) and tune_zen4 (above). */
+#define DEFINE_FORMAT(NAME, F, TYPE, Z4, Z4_V)                                            \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
-        if (k->W % 32 != 0 || (G == 1 && (tune_intel ? ONE_AVX2 : tune_zen4 && Z4))) {                          \
+        if (k->W % 32 != 0 || (G == 1 && tune_zen4 && Z4)) {                                                     \
             avx2_set()->scores[TYPE](s, ls, qp, G, k, t0, n, scr);                                             \
             return;                                                                                            \
         }                                                                                                      \
@@ -1792,7 +1789,7 @@ static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
     static void vacc_##NAME(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,        \
                             size_t n, float *scr)                                                              \
     {                                                                                                          \
-        if (v->W % 32 != 0 || (G == 1 && (tune_intel ? ONE_AVX2_V : tune_zen4 && Z4_V))) {                      \
+        if (v->W % 32 != 0 || (G == 1 && tune_zen4 && Z4_V)) {                                                 \
             avx2_set()->vacc[TYPE](acc, p, lp, G, v, t0, n, scr);                                              \
             return;                                                                                            \
         }                                                                                                      \
@@ -1800,7 +1797,7 @@ static size_t vn_ming(void) { return tune_intel ? 2 : 1; }
         HEAD_GROUPS(G, h, val_heads(F, GC, acc + h * W, p + h * lp, lp, v, t0, n));                            \
     }
 
-DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0, 0, 0, 0)
+DEFINE_FORMAT(int4_tiles, F_INT4, STORE_INT4, 0, 0)
 
 /* int4 keys of two or more heads with W % 128 == 0 (W <= KV_MAXW): the transposed tiles, the query taken to
  * their order once per call; other widths and one head: the 16-row tiles above. */
@@ -1822,10 +1819,10 @@ static void scores_int4(float *s, size_t ls, const float *qp, size_t G, const KR
     }
 }
 #define vacc_int4 vacc_int4_tiles
-DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 1, 0, 0, 0)
+DEFINE_FORMAT(q4_0_f32, F_Q4_0, STORE_Q4_0, 0, 0)
 #define vacc_q4_0 vacc_q4_0_f32
-DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 1, 0, 0, 0)
-DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 1, 1, 0, 1)
+DEFINE_FORMAT(int8_f32, F_INT8, STORE_INT8, 0, 0)
+DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 0, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
 
@@ -1837,8 +1834,8 @@ static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
 }
 /* slot NAME: VNNI when vn_takes(G, MING, k, UNIT) and VNNI accepts the query, else FALLBACK. q4_0 takes one head
  * too (MING 1: bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2
- * one-head kernel); on the Intel VM int8, q8_0 and int4 at one head were as fast or slower streamed (int8 10.1 ->
- * 9.6, q8_0 9.7 -> 11.9, int4 6.3 -> 6.9 ns), so they keep the float kernels there when tune_intel (vn_ming). */
+ * one-head kernel); int8, q8_0 and int4 too (vn_ming: on an earlier Intel VM, with earlier kernels, they were as
+ * fast or slower streamed at one head and kept the float kernels there; see "The one-head choice"). */
 #define VN_SLOT(NAME, UNIT, MING, VNNI, FALLBACK)                                                                     \
     static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
@@ -1879,7 +1876,7 @@ VV_SLOT(vacc_int8_vn, vv_head(F_INT8, acc, p, v, t0, n, scr), vacc_int8)
 VV_SLOT(vacc_int4_vn, vv_head(F_INT4, acc, p, v, t0, n, scr), vacc_int4)
 VV_SLOT(vacc_q4_0_vn, vq_head(acc, p, v, t0, n, scr), vacc_q4_0)
 #undef VV_SLOT
-DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 1, 1, 0)
+DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 0)
 /* E4M3: the kernels above with the query or the weights lifted (e4m3_f32, E4M3_LIFT); the AVX2 set's kernels
  * where that would overflow, and for W % 32 != 0. With tune_intel, the FP16 reading (F_E4M3H, e4m3_f16), which
  * needs no lift. */
