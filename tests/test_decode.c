@@ -662,7 +662,7 @@ static void vnni_score_tests(void)
                                      fmts[fi], W, G, n, qk, case_tag);
                             check(e < DECODE_TOL, name, "max |s - ref| / max sum |q k| = %.3g", e);
                         }
-                        if (fi == 0 && decode_avx512_amx()) {   /* int8: AMX tile products, the VNNI kernels' bits */
+                        if ((fi == 0 || fi == 2) && decode_avx512_amx()) {   /* int8 / int4: AMX tiles, the VNNI kernels' bits */
                             float *s2 = xmalloc(G * 64 * sizeof *s2);
                             for (size_t i = 0; i < G * 64; i++) s[i] = s2[i] = -7.0f;
                             sets[0]->scores[x.f.type](s, 64, qo, G, &x.k, t0, n, scr);
@@ -670,7 +670,7 @@ static void vnni_score_tests(void)
                             sets[0]->scores[x.f.type](s2, 64, qo, G, &x.k, t0, n, scr);
                             decode_avx512_amx_set(1);
                             char name[128];
-                            snprintf(name, sizeof name, "decode-avx512-amx-scores-int8-W%zu-G%zu-n%zu-q%d%s", W, G, n, qk, case_tag);
+                            snprintf(name, sizeof name, "decode-avx512-amx-scores-%s-W%zu-G%zu-n%zu-q%d%s", fmts[fi], W, G, n, qk, case_tag);
                             check(memcmp(s, s2, G * 64 * sizeof *s) == 0, name, "AMX and VNNI scores differ");
                             amx_checked++;
                             free(s2);
@@ -685,9 +685,9 @@ static void vnni_score_tests(void)
                si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", case_tag, worst[0][si][0], worst[0][si][1],
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
     if (decode_avx512_amx())
-        printf("# avx512 int8 key scores with AMX tile products: the VNNI kernels' bits in %zu cases%s\n", amx_checked, case_tag);
+        printf("# avx512 int8 / int4 key scores with AMX tile products: the VNNI kernels' bits in %zu cases%s\n", amx_checked, case_tag);
     else
-        printf("# avx512 int8 key scores with AMX: not available on this CPU or OS (or KVC_ISA=avx512-noamx); skipped%s\n", case_tag);
+        printf("# avx512 int8 / int4 key scores with AMX: not available on this CPU or OS (or KVC_ISA=avx512-noamx); skipped%s\n", case_tag);
 }
 
 /* The VNNI set's int8 / int4 / q4_0 value slots (integer sums over the weights in three base-256 digits, per tile of 64

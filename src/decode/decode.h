@@ -130,7 +130,7 @@ unsigned decode_cpu_features(void);
 const char *decode_isa(void);
 /* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
 int decode_vnni(void);
-/* 1 when that set's int8 key slot also takes 2 to 8 heads (D 64 or 128) as AMX tile products (Intel AMX-INT8,
+/* 1 when that set's int8 key slot also takes 2 to 8 heads (D 64 or 128), and its int4 slot 5 to 8 (D 128), as AMX tile products (Intel AMX-INT8,
  * granted by the OS; not KVC_ISA=avx512-noamx or avx512-novnni): the VNNI kernels' scores, faster. */
 int decode_amx(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */

@@ -992,13 +992,13 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
     }
 }
 
-/* ---- int8 keys of two to eight heads with AMX (Intel's tile matrix unit) ------------------------------------------
+/* ---- int8 / int4 keys of two (int4: five) to eight heads with AMX (Intel's tile matrix unit) ----------------------
 
  * Where cpuid reports AMX-TILE and AMX-INT8, the OS enables the tile state (XCR0 bits 17, 18) and grants this
  * process its use (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once when the set is made; amx_on), int8 keys of 2 to
  * 8 heads with W = 64 or 128 (the VNNI set, three digits) are one tile product per 16 rows and 64 columns: A = the
  * 16 rows' codes as they are stored (signed bytes, read by tileloadd with the row stride: no transposition, no
- * sign flip, no offset), B = the query digits of up to four heads (vn_prep's words, column 4 h + e for head h and
+ * sign flip, no offset; int4, 5 to 8 heads, W = 128: unpacked first, amx_unpack4), B = the query digits of up to four heads (vn_prep's words, column 4 h + e for head h and
  * digit e, column 4 h + 3 zero), C += A B by tdpbssd (signed x signed, exact int32 sums, as vpdpbusd's). The 16 x 16
  * sums are stored, and one shuffle tree per group of four heads turns rows of (head, digit) into each head's 16
  * scores: lanes times 65536, 256, 1, 0 (exact), pairs added ((D0 65536 + D1 256) + (D2 + 0): the VNNI kernels'
@@ -1016,6 +1016,7 @@ typedef struct {
 } AmxConfig;
 
 #define AMX_FN static __attribute__((noinline, target("avx512vnni,amx-tile,amx-int8")))
+#define AMX_INLINE static inline __attribute__((always_inline, target("avx512vnni,amx-tile,amx-int8")))
 
 /* The C sums of 16 rows for four heads (cb: 16 rows of 16 int32, column 4 h + e) -> the scores of heads 0..gh-1 at
  * s + h ls (mk: the rows to store; sc: the token scales). */
@@ -1045,28 +1046,43 @@ INLINE void amx_post(const int32_t *cb, float *s, size_t ls, const float *sq, si
     }
 }
 
-/* 16 rows from row t (nr of them real) of chunk z into tmm0: straight from the cache, or (nr < 16) from ab, the
- * rows copied with the last repeated (never reading past the tensor). */
+/* int4 (W = 128): each row's 64 packed bytes unpacked into 128 signed bytes in this file's int4 order (per 16-byte
+ * unit: its low nibbles, then its high ones; n - 8), ab[i * 128 ..] for row i of rp. */
+INLINE void amx_unpack4(int8_t *ab, const uint8_t *const *rp)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c8 = _mm512_set1_epi8(8);
+    const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    UNROLL for (int i = 0; i < 16; i++) {
+        const __m512i x = _mm512_loadu_si512((const void *)rp[i]);
+        const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        _mm512_store_si512((void *)(ab + 128 * i), _mm512_sub_epi8(_mm512_permutex2var_epi64(lo, i0, hi), c8));
+        _mm512_store_si512((void *)(ab + 128 * i + 64), _mm512_sub_epi8(_mm512_permutex2var_epi64(lo, i1, hi), c8));
+    }
+}
+
+/* 16 rows from row t (nr of them real) of chunk z into tmm0: int8 straight from the cache, or (nr < 16, and int4
+ * always) from ab (int8: the rows copied, the last repeated, never reading past the tensor). */
 #define AMX_LOAD_A(z)                                                                                             \
     do {                                                                                                           \
-        if (nr == 16) _tile_loadd(0, k->codes + t * rb + 64 * (z), (long)rb);                                      \
+        if (F == F_INT8 && nr == 16) _tile_loadd(0, k->codes + t * rb + 64 * (z), (long)rb);                       \
         else _tile_loadd(0, ab + 64 * (z), (long)W);                                                               \
     } while (0)
 
-/* G (2..8) heads of int8 keys, W 64 or 128, rows t0..t0+n: the digit words qd (vn_prep, three digits). */
-AMX_FN void amx_int8_scores(float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k,
-                            size_t t0, size_t n)
+/* G (2..8) heads of int8 (W 64 or 128) or int4 (W 128) keys, rows t0..t0+n: the digit words qd (vn_prep, three
+ * digits; word w holds kernel positions vn_wpos(F, w)..+3, which is chunk m / 16, B row m % 16, m = vn_wpos / 4). */
+AMX_INLINE void amx_scores(const int F, float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k,
+                       size_t t0, size_t n)
 {
     const size_t W = k->W, nz = W / 64, ng = (G + 3) / 4, rb = k->row_bytes;
     int32_t bt[4][256] __attribute__((aligned(64)));   /* B of chunk z, group grp at bt[2 z + grp] */
     int32_t cb[2][256] __attribute__((aligned(64)));
     int8_t ab[16 * 128] __attribute__((aligned(64)));
     memset(bt, 0, sizeof bt);
-    for (size_t z = 0; z < nz; z++)
-        for (size_t grp = 0; grp < ng; grp++)
-            for (size_t w = 0; w < 16; w++)
-                for (size_t h = 4 * grp; h < G && h < 4 * grp + 4; h++)
-                    for (size_t e = 0; e < 3; e++) bt[2 * z + grp][16 * w + 4 * (h % 4) + e] = qd[((16 * z + w) * G + h) * 3 + e];
+    for (size_t w = 0; w < W / 4; w++) {
+        const size_t m = vn_wpos(F, w) / 4, z = m / 16, kr = m % 16;
+        for (size_t h = 0; h < G; h++)
+            for (size_t e = 0; e < 3; e++) bt[2 * z + h / 4][16 * kr + 4 * (h % 4) + e] = qd[(w * G + h) * 3 + e];
+    }
     AmxConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -1080,10 +1096,15 @@ AMX_FN void amx_int8_scores(float *s, size_t ls, const int32_t *qd, const float 
     }
     for (size_t r = 0; r < n; r += 16) {
         const size_t nr = n - r < 16 ? n - r : 16, t = t0 + r;
-        if (nr < 16)
+        if (F == F_INT4) {
+            const uint8_t *rp[16];
+            for (size_t i = 0; i < 16; i++) rp[i] = k->codes + (t + (i < nr ? i : nr - 1)) * rb;
+            amx_unpack4(ab, rp);
+        } else if (nr < 16) {
             for (size_t i = 0; i < 16; i++) memcpy(ab + i * W, k->codes + (t + (i < nr ? i : nr - 1)) * rb, W);
-        else if (r + 48 <= n)   /* the rows two tiles ahead */
-            for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, W);
+        }
+        if (nr == 16 && r + 48 <= n)   /* the rows two tiles ahead */
+            for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, F == F_INT4 ? W / 2 : W);
         _tile_zero(1);
         if (ng > 1) _tile_zero(2);
         AMX_LOAD_A(0);   /* the register numbers must be literals: C of group grp = grp + 1, B = 3 + 2 z + grp */
@@ -1104,11 +1125,25 @@ AMX_FN void amx_int8_scores(float *s, size_t ls, const int32_t *qd, const float 
     _tile_release();
 }
 #undef AMX_LOAD_A
+AMX_FN void amx_int8_scores(float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k, size_t t0,
+                            size_t n)
+{
+    amx_scores(F_INT8, s, ls, qd, sq, G, k, t0, n);
+}
+AMX_FN void amx_int4_scores(float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k, size_t t0,
+                            size_t n)
+{
+    amx_scores(F_INT4, s, ls, qd, sq, G, k, t0, n);
+}
 
-/* amx_int8_scores takes these shapes (three digits only: the rounded-query sets keep their VNNI kernels). */
+/* amx_scores takes these shapes (three digits only: the rounded-query sets keep their VNNI kernels); int4 from 5
+ * heads: its unpacking costs about what the VNNI kernels spend on 2 to 4 heads (Sapphire Rapids VM, bench_kernels
+ * int4 keys, medians of 5 alternating runs, ns a row in L2 / streamed, VNNI -> AMX: G = 2 5.9 / 7.2 -> 6.8 / 7.7,
+ * G = 4 9.3 / 9.6 -> 8.7 / 10.0, G = 8 20.8 / 22.6 -> 12.7 / 14.7). */
 INLINE int amx_takes(const int F, const int ND, size_t G, size_t W)
 {
-    return amx_on && F == F_INT8 && ND == 3 && G >= 2 && G <= 8 && (W == 64 || W == 128);
+    return amx_on && ND == 3 && G >= 2 && G <= 8 &&
+           ((F == F_INT8 && (W == 64 || W == 128)) || (F == F_INT4 && W == 128 && G >= 5));
 }
 
 /* scr: the digit words (G W / 4 x ND int32), the offsets (G nb x ND int32), the scales (G floats), the digits (ND
@@ -1122,8 +1157,9 @@ VNNI_INLINE int vn_scores(const int F, const int ND, float *s, size_t ls, const 
     float *sq = (float *)(void *)(cor + G * nb * N);
     int8_t *dg = (int8_t *)(void *)(sq + G);
     if (vn_prep(F, ND, qd, cor, sq, dg, qp, G, W)) return -1;
-    if (amx_takes(F, ND, G, W)) {   /* int8, 2..8 heads: AMX tile products */
-        amx_int8_scores(s, ls, qd, sq, G, k, t0, n);
+    if (amx_takes(F, ND, G, W)) {   /* int8 / int4, 2..8 heads: AMX tile products */
+        if (F == F_INT8) amx_int8_scores(s, ls, qd, sq, G, k, t0, n);
+        else amx_int4_scores(s, ls, qd, sq, G, k, t0, n);
         return 0;
     }
     if (G == 1 || G == 2 || G == 4) {   /* one head group: no tile buffer (vn_tiled) */
