@@ -164,4 +164,24 @@ elif grep -q "tuned for" "$tmp/tune.txt"; then
 else
     ok bench-tune-none-on-avx2
 fi
+# machine.amx_keys says whether the AMX key kernels run: false with KVC_ISA=avx512-noamx or avx2, whatever the CPU;
+# where it is true, the isa line says so too.
+for isa in avx512-noamx avx2 ""; do
+    KVC_ISA=$isa "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 4 --head-dim 64 --formats int8 --threads 1 --repeat 2 \
+        --naive-repeat 0 --bw-mib 4 --evict-mib 4 --format json >"$tmp/amx.json" 2>"$tmp/err"
+    rc=$?
+    name="bench-amx-keys-${isa:-default}"
+    if [ $rc -ne 0 ]; then
+        bad "$name" "exit $rc: $(head -c 300 "$tmp/err")"
+    elif [ -n "$isa" ]; then
+        grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && ok "$name" || bad "$name" "$(grep -o '"amx_keys":[^,]*' "$tmp/amx.json")"
+    else
+        grep -q '"amx_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" && ok "$name" || bad "$name" "no amx_keys field"
+    fi
+done
+if grep -q '"amx_keys":[[:space:]]*true' "$tmp/amx.json"; then
+    "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 4 --head-dim 64 --formats int8 --threads 1 --repeat 2 --naive-repeat 0 \
+        --bw-mib 4 --evict-mib 4 >"$tmp/amx.txt" 2>"$tmp/err"
+    grep -q '^# isa: .*AMX tiles' "$tmp/amx.txt" && ok bench-amx-isa-line || bad bench-amx-isa-line "$(grep 'isa:' "$tmp/amx.txt")"
+fi
 exit $fail

@@ -44,7 +44,7 @@
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
  * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
  * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels, KVC_ISA=avx512-noamx
- * the AVX-512 set without its AMX int8 key kernel (decode_amx).
+ * the AVX-512 set without its AMX int8 / int4 key kernels (decode_amx).
  * DECODE_FUSED_INT16Q and DECODE_FUSED_INT8Q (only where DECODE_FUSED has the VNNI set; decoder_create fails
  * elsewhere): the same, except that int8, q8_0, int4 and q4_0 keys take the query rounded per head to an int16
  * (2 bytes: |q - q'| <= max|q| / 64766) or an int8 (|q - q'| <= max|q| / 254, ggml's precision) at any number
@@ -130,8 +130,9 @@ unsigned decode_cpu_features(void);
 const char *decode_isa(void);
 /* 1 when that set is "avx512" with its AVX512_VNNI integer key kernels (not KVC_ISA=avx512-novnni), else 0. */
 int decode_vnni(void);
-/* 1 when that set's int8 key slot also takes 2 to 8 heads (D 64 or 128), and its int4 slot 5 to 8 (D 128), as AMX tile products (Intel AMX-INT8,
- * granted by the OS; not KVC_ISA=avx512-noamx or avx512-novnni): the VNNI kernels' scores, faster. */
+/* 1 when that set's int8 key slot also takes 2 to 8 heads (D 64 or 128), and its int4 slot 5 to 8 (D 128), as AMX
+ * tile products (Intel AMX-INT8, granted by the OS; not KVC_ISA=avx512-noamx or avx512-novnni): the VNNI kernels'
+ * scores, bit for bit, faster. */
 int decode_amx(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */
 const char *decode_tune(void);
