@@ -1,8 +1,8 @@
 /* kernels_avx512: the AVX-512 KernelSet (kernels.h): the AVX2 set (kernels_avx2.c) with the slots of int4, q4_0,
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
- * integer dot products at any number of heads (int8 keys of 2 to 8 heads through AMX tiles where the CPU has
- * AMX-INT8). This file alone is compiled with -mavx512f
+ * integer dot products at any number of heads (int8 keys of 2 to 8 heads and int4 keys of 5 to 8 through AMX tiles
+ * where the CPU has AMX-INT8). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -124,7 +124,8 @@ INLINE void pf_rest(const Prefetch *c, size_t from)
 /* The kernel choices that were measured to differ between machines (kernels.h, decode_avx512_tune): tune_intel 1 =
  * Intel's (Intel Sapphire Rapids VMs), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): how E4M3 is
  * read (e4m3_f16 on Intel), one query head per KV head (tune_zen4's f16 keys and q8_0 values, DEFINE_FORMAT), the
- * VNNI key tiles' height at four or more heads (vn_scores) and the key tiles' prefetch distance (pf_cap). Set once with the set (cpuid's vendor and family, or KVC_TUNE), or by
+ * VNNI key tiles' height at four or more heads (vn_scores) and the key tiles' prefetch distance (pf_cap). Set once
+ * with the set (cpuid's vendor and family, or KVC_TUNE), or by
  * decode_avx512_tune_set. */
 static int tune_intel = 1, tune_zen4 = 0;
 
@@ -178,7 +179,8 @@ INLINE __m512 e4m3_f32(__m128i b)
 /* The reading e4m3_f32 replaced, kept for Intel (tune_intel): there an E4M3 subnormal (|x| < 2^-6), which e4m3_f32
  * makes a float32 subnormal, costs a microcode assist in every FMA that reads it. On an Intel Sapphire Rapids VM
  * kvc bench's e4m3 step took 85 ms at G = 1 and 328 ms at G = 4 (about 1 % of the codes are subnormal, so most
- * vectors hold one), against 10.7 and 16.0 ms with this reading in an earlier session on the same kind. The
+ * vectors hold one), against 10.7 and 16.0 ms with this reading on an earlier VM of that kind (results/bench.txt
+ * at commit d75580a), and 17.1 / 42.6 ms against 134.5 / 479.6 in one A/B run on the later VM. The
  * sign-extended byte << 7 puts exponent and mantissa in FP16 position and the sign in bits 14 and 15; bit 14
  * cleared (0xBFFF is -16385): 1/256 of the value, exact, no lift (vcvtph2ps widens FP16 subnormals to normal
  * floats). */
@@ -992,21 +994,22 @@ VNNI_INLINE void vn_tiled(const int F, const int ND, const int GC, float *s, siz
     }
 }
 
-/* ---- int8 / int4 keys of two (int4: five) to eight heads with AMX (Intel's tile matrix unit) ----------------------
+/* ---- int8 / int4 keys of two (int4: five) to eight heads with AMX (Intel's tile matrix unit) --------------------
 
  * Where cpuid reports AMX-TILE and AMX-INT8, the OS enables the tile state (XCR0 bits 17, 18) and grants this
  * process its use (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once when the set is made; amx_on), int8 keys of 2 to
  * 8 heads with W = 64 or 128 (the VNNI set, three digits) are one tile product per 16 rows and 64 columns: A = the
  * 16 rows' codes as they are stored (signed bytes, read by tileloadd with the row stride: no transposition, no
- * sign flip, no offset; int4, 5 to 8 heads, W = 128: unpacked first, amx_unpack4), B = the query digits of up to four heads (vn_prep's words, column 4 h + e for head h and
- * digit e, column 4 h + 3 zero), C += A B by tdpbssd (signed x signed, exact int32 sums, as vpdpbusd's). The 16 x 16
- * sums are stored, and one shuffle tree per group of four heads turns rows of (head, digit) into each head's 16
- * scores: lanes times 65536, 256, 1, 0 (exact), pairs added ((D0 65536 + D1 256) + (D2 + 0): the VNNI kernels'
- * vn_combine, the same two roundings), then a 4 x 4 transposition of 128-bit lanes. The scores are the VNNI
- * kernels' bits (tests/test_decode.c checks that, and against double). The tile registers: tmm0 A, tmm1 / tmm2 the
- * two head groups' C, tmm3 + 2 z + grp the B of chunk z and group grp (loaded once per call). KVC_ISA=avx512-noamx
- * keeps the VNNI kernels. */
-static int amx_on;   /* AMX int8 keys usable and chosen (decode_kernels_avx512; decode_avx512_amx_set for tests) */
+ * sign flip, no offset; int4 keys of 5 to 8 heads with W = 128: unpacked first, amx_unpack4), B = the query digits
+ * of up to four heads (vn_prep's words, column 4 h + e for head h and digit e, column 4 h + 3 zero), C += A B by
+ * tdpbssd (signed x signed, exact int32 sums, as vpdpbusd's). The 16 x 16 sums are stored, and one shuffle tree per
+ * group of four heads turns rows of (head, digit) into each head's 16 scores: lanes times 65536, 256, 1, 0 (exact),
+ * pairs added ((D0 65536 + D1 256) + (D2 + 0): the VNNI kernels' vn_combine, the same two roundings), then a 4 x 4
+ * transposition of 128-bit lanes. The scores are the VNNI kernels' bits (tests/test_decode.c checks that, and
+ * against double). The tile registers: tmm0 A, tmm1 / tmm2 the two head groups' C, tmm3 + 2 z + grp the B of chunk
+ * z and group grp (loaded once per call). KVC_ISA=avx512-noamx keeps the VNNI kernels. */
+/* AMX int8 / int4 keys usable and chosen (decode_kernels_avx512; decode_avx512_amx_set for tests) */
+static int amx_on;
 
 typedef struct {
     uint8_t palette, start;
@@ -1070,8 +1073,8 @@ INLINE void amx_unpack4(int8_t *ab, const uint8_t *const *rp)
 
 /* G (2..8) heads of int8 (W 64 or 128) or int4 (W 128) keys, rows t0..t0+n: the digit words qd (vn_prep, three
  * digits; word w holds kernel positions vn_wpos(F, w)..+3, which is chunk m / 16, B row m % 16, m = vn_wpos / 4). */
-AMX_INLINE void amx_scores(const int F, float *s, size_t ls, const int32_t *qd, const float *sq, size_t G, const KRows *k,
-                       size_t t0, size_t n)
+AMX_INLINE void amx_scores(const int F, float *s, size_t ls, const int32_t *qd, const float *sq, size_t G,
+                           const KRows *k, size_t t0, size_t n)
 {
     const size_t W = k->W, nz = W / 64, ng = (G + 3) / 4, rb = k->row_bytes;
     int32_t bt[4][256] __attribute__((aligned(64)));   /* B of chunk z, group grp at bt[2 z + grp] */
