@@ -672,7 +672,8 @@ static void vnni_score_tests(void)
                             char name[128];
                             snprintf(name, sizeof name, "decode-avx512-amx-scores-%s-W%zu-G%zu-n%zu-q%d%s", fmts[fi], W, G, n, qk, case_tag);
                             check(memcmp(s, s2, G * 64 * sizeof *s) == 0, name, "AMX and VNNI scores differ");
-                            amx_checked++;
+                            /* the shapes amx_takes accepts (the rest compare the VNNI kernels with themselves) */
+                            if (G >= 2 && G <= 8 && (fi == 0 ? W == 64 || W == 128 : W == 128 && G >= 5)) amx_checked++;
                             free(s2);
                         }
                         free(q), free(qo), free(s), free(scr), free(qd);
@@ -685,7 +686,8 @@ static void vnni_score_tests(void)
                si ? "float32" : have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", case_tag, worst[0][si][0], worst[0][si][1],
                worst[1][si][0], worst[1][si][1], worst[2][si][0], worst[2][si][1], worst[3][si][0], worst[3][si][1]);
     if (decode_avx512_amx())
-        printf("# avx512 int8 / int4 key scores with AMX tile products: the VNNI kernels' bits in %zu cases%s\n", amx_checked, case_tag);
+        printf("# avx512 int8 / int4 key scores with AMX tile products: the VNNI kernels' bits in %zu cases of AMX shapes%s\n",
+               amx_checked, case_tag);
     else
         printf("# avx512 int8 / int4 key scores with AMX: not available on this CPU or OS (or KVC_ISA=avx512-noamx); skipped%s\n", case_tag);
 }
