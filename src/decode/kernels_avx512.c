@@ -1099,12 +1099,12 @@ AMX_INLINE void amx_scores(const int F, float *s, size_t ls, const int32_t *qd, 
     }
     for (size_t r = 0; r < n; r += 16) {
         const size_t nr = n - r < 16 ? n - r : 16, t = t0 + r;
-        if (F == F_INT4) {
-            const uint8_t *rp[16];
-            for (size_t i = 0; i < 16; i++) rp[i] = k->codes + (t + (i < nr ? i : nr - 1)) * rb;
-            amx_unpack4(ab, rp);
-        } else if (nr < 16) {
-            for (size_t i = 0; i < 16; i++) memcpy(ab + i * W, k->codes + (t + (i < nr ? i : nr - 1)) * rb, W);
+        if (F == F_INT4 || nr < 16) {   /* the 16 rows, the last real one repeated (tile_rows; its prefetch unused) */
+            const uint8_t *rp[2][16];
+            (void)tile_rows(rp, k->codes + t * rb, rb, nr, 1, 1);
+            if (F == F_INT4) amx_unpack4(ab, rp[0]);
+            else
+                for (size_t i = 0; i < 16; i++) memcpy(ab + i * W, rp[0][i], W);
         }
         if (nr == 16 && r + 48 <= n)   /* the rows two tiles ahead */
             for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, F == F_INT4 ? W / 2 : W);
@@ -1794,7 +1794,7 @@ static float exp_sum_avx512(float *s, size_t n, float m)
 
 static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
 
-/* The one-head choice: this file's kernels at one query head per KV head too (VNNI keys from one head), but for
+/* The one-head choice: this file's kernels at one query head per KV head too (VNNI keys from one head, VN_SLOT), but for
  * f16 keys and q8_0 values under tune_zen4 (Z4 / Z4_V below: the AVX2 set's). Measured on an AMD EPYC (Zen 5) VM,
  * bench_kernels, one head, medians of 3, ns a row in L2 / streamed (AVX2 set -> here): f16 keys 5.1 / 8.2 -> 3.4 /
  * 6.8, f16 values 5.6 / 7.9 -> 2.1 / 6.8, int8 keys 4.8 / 5.9 -> VNNI 2.3 / 3.7 (float 3.3 / 4.5), q8_0 keys 5.6 /
@@ -1810,11 +1810,10 @@ static const KernelSet *avx2_set(void) { return decode_kernels_avx2(); }
  * 13.1, int4 keys 9.3 / 10.7 -> 5.0 / 7.3, q8_0 keys 14.3 / 17.4 -> 12.2 / 14.3, f16 values 10.5 / 27.3 -> 6.5 /
  * 25.4; kvc bench, 65536 tokens x 8 KV heads, 1 thread, medians of 3 alternating rounds: int4 10.7 -> 8.7 ms, int8
  * 16.6 -> 14.5, q8_0 19.2 -> 15.8, f16 28.7 -> 27.4, q4_0 12.5 -> 12.5), so tune_intel takes them too now. */
-static size_t vn_ming(void) { return 1; }
 
 /* The two kernels of a format; rows of W % 32 != 0 (int4, int8, f16) go to the AVX2 set's slot, and so does one
  * query head per KV head when Z4 (keys) / Z4_V (values) and tune_zen4 (above). */
-#define DEFINE_FORMAT(NAME, F, TYPE, Z4, Z4_V)                                            \
+#define DEFINE_FORMAT(NAME, F, TYPE, Z4, Z4_V)                                                                  \
     static void scores_##NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0,      \
                               size_t n, float *scr)                                                            \
     {                                                                                                          \
@@ -1865,32 +1864,28 @@ DEFINE_FORMAT(q8_0_f32, F_Q8_0, STORE_Q8_0, 0, 1)
 #define vacc_int8 vacc_int8_f32
 #define vacc_q8_0 vacc_q8_0_f32
 
-/* int8 / q8_0 (int4, q4_0) keys of vn_ming() or more heads with W % 64 == 0 (128) and W <= VN_MAXW: the VNNI kernels
+/* int8 / q8_0 (int4, q4_0) keys with W % 64 == 0 (128) and W <= VN_MAXW, at any number of heads: the VNNI kernels
  * (the slots of the VNNI set only), else (and for a query that is not finite) the float32 kernels above. */
-static int vn_takes(size_t G, size_t ming, const KRows *k, size_t unit)
-{
-    return G >= ming && k->W % unit == 0 && k->W <= VN_MAXW;
-}
-/* slot NAME: VNNI when vn_takes(G, MING, k, UNIT) and VNNI accepts the query, else FALLBACK. q4_0 takes one head
- * too (MING 1: bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2
- * one-head kernel); int8, q8_0 and int4 too (vn_ming: on an earlier Intel VM, with earlier kernels, they were as
- * fast or slower streamed at one head and kept the float kernels there; see "The one-head choice"). */
-#define VN_SLOT(NAME, UNIT, MING, VNNI, FALLBACK)                                                                     \
+static int vn_takes(const KRows *k, size_t unit) { return k->W % unit == 0 && k->W <= VN_MAXW; }
+/* slot NAME: VNNI when vn_takes(k, UNIT) and VNNI accepts the query, else FALLBACK. One head too (q4_0:
+ * bench_kernels, 65536 x 8 heads x 128, streamed: keys 8.6-9.0 -> 6.6-6.8 ns a row, against the AVX2 one-head
+ * kernel; int8, q8_0 and int4: see "The one-head choice", where an earlier Intel VM kept them on the float kernels). */
+#define VN_SLOT(NAME, UNIT, VNNI, FALLBACK)                                                                           \
     static void NAME(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n, float *scr) \
     {                                                                                                               \
-        if (vn_takes(G, MING, k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                           \
+        if (vn_takes(k, UNIT) && VNNI(s, ls, qp, G, k, t0, n, scr) == 0) return;                                   \
         FALLBACK(s, ls, qp, G, k, t0, n, scr);                                                                      \
     }
-VN_SLOT(scores_int8, 64, vn_ming(), scores_int8_vnni, scores_int8_f32)
-VN_SLOT(scores_q8_0, 64, vn_ming(), scores_q8_0_vnni, scores_q8_0_f32)
-VN_SLOT(scores_int4_vn, 128, vn_ming(), scores_int4_vnni, scores_int4)
-VN_SLOT(scores_q4_0_vn, 128, 1, scores_q4_0_vnni, scores_q4_0_f32)
-/* the rounded-query sets: the fewer-digit kernels at any number of heads */
+VN_SLOT(scores_int8, 64, scores_int8_vnni, scores_int8_f32)
+VN_SLOT(scores_q8_0, 64, scores_q8_0_vnni, scores_q8_0_f32)
+VN_SLOT(scores_int4_vn, 128, scores_int4_vnni, scores_int4)
+VN_SLOT(scores_q4_0_vn, 128, scores_q4_0_vnni, scores_q4_0_f32)
+/* the rounded-query sets: the fewer-digit kernels */
 #define VN_ROUNDED(ND)                                                                                               \
-    VN_SLOT(scores_int8_r##ND, 64, 1, scores_int8_vnni##ND, scores_int8_f32)                                         \
-    VN_SLOT(scores_q8_0_r##ND, 64, 1, scores_q8_0_vnni##ND, scores_q8_0_f32)                                         \
-    VN_SLOT(scores_int4_r##ND, 128, 1, scores_int4_vnni##ND, scores_int4)                                            \
-    VN_SLOT(scores_q4_0_r##ND, 128, 1, scores_q4_0_vnni##ND, scores_q4_0_f32)
+    VN_SLOT(scores_int8_r##ND, 64, scores_int8_vnni##ND, scores_int8_f32)                                            \
+    VN_SLOT(scores_q8_0_r##ND, 64, scores_q8_0_vnni##ND, scores_q8_0_f32)                                            \
+    VN_SLOT(scores_int4_r##ND, 128, scores_int4_vnni##ND, scores_int4)                                               \
+    VN_SLOT(scores_q4_0_r##ND, 128, scores_q4_0_vnni##ND, scores_q4_0_f32)
 VN_ROUNDED(2)
 VN_ROUNDED(1)
 #undef VN_ROUNDED
