@@ -124,9 +124,10 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_targets.c $(BUILD)/lib
 # results/run-timing.txt (kvc run's decode_ns / decode_speedup on configs/realistic.json and configs/methods.json),
 # and results/bench-quality.txt (kvc run against numpy on the lesson's experiments at 65536 x 128: wall, CPU, RSS),
 # and results/bench-kernels.txt (tests/bench_kernels.c: the key and value kernels per cached row, in L2 and from
-# memory, beside the memory floor: where a grouped-query step's time goes).
-bench: $(BIN) $(BUILD)/tests/bench_kernels
-	KVC_BENCH_KERNELS=$(BUILD)/tests/bench_kernels scripts/bench.sh $(BENCH_ARGS)
+# memory, beside the memory floor: where a grouped-query step's time goes), and results/bench-insns.txt
+# (tests/count_insns.c: the instructions each kernel executes per cached row, counted by single-stepping it).
+bench: $(BIN) $(BUILD)/tests/bench_kernels $(BUILD)/tests/count_insns
+	KVC_BENCH_KERNELS=$(BUILD)/tests/bench_kernels KVC_COUNT_INSNS=$(BUILD)/tests/count_insns scripts/bench.sh $(BENCH_ARGS)
 	scripts/bench-run.sh
 	scripts/bench-quality.sh
 

@@ -162,6 +162,20 @@ if [ -x "$KERNELS" ]; then
 else
     echo "bench.sh: $KERNELS is not built (make testbin, or make bench); results/bench-kernels.txt left as it was" >&2
 fi
+# ... and the instructions each kernel executes per cached row, counted by single-stepping it (tests/count_insns.c;
+# no performance counters needed; the same on every run of the same binary and instruction set).
+INSNS=${KVC_COUNT_INSNS:-build/tests/count_insns}
+if [ -x "$INSNS" ]; then
+    if $INSNS > results/bench-insns.txt.tmp 2>results/bench-insns.err; then
+        mv results/bench-insns.txt.tmp results/bench-insns.txt
+        { echo; echo "# instructions per cached row (results/bench-insns.txt, tests/count_insns.c):"; cat results/bench-insns.txt; } >> results/bench.txt.tmp
+    else
+        echo "bench.sh: $INSNS could not count here ($(cat results/bench-insns.err)); results/bench-insns.txt left as it was" >&2
+    fi
+    rm -f results/bench-insns.txt.tmp results/bench-insns.err
+else
+    echo "bench.sh: $INSNS is not built (make testbin, or make bench); results/bench-insns.txt left as it was" >&2
+fi
 rm -f results/bench-gqa.txt.tmp results/bench.csv.tmp.meta.json results/bench-gqa.csv.tmp.meta.json  # named after .tmp
 mv results/bench-gqa.csv.tmp results/bench-gqa.csv
 mv results/bench.csv.tmp results/bench.csv

@@ -38,6 +38,7 @@ test_tensorio.c
 test_timing.c
 test_units.c
 test_completion.sh
+test_count_insns.sh
 test_decode_bench.sh
 test_layout.sh
 test_plot.sh
