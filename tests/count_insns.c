@@ -14,7 +14,8 @@
  *
  * Not a test by itself: tests/test_count_insns.sh checks its counts against what the kernels must do, and
  * scripts/bench.sh (make bench) writes its table to results/bench-insns.txt. Usage:
- *   count_insns [FORMAT [G [keys|vals]]]   (default: f16 int8 e4m3 q8_0 int4 q4_0, G 1 4 8, both sides)
+ *   count_insns [FORMAT [G [keys|vals]]] [--hot]   (default: f16 int8 e4m3 q8_0 int4 q4_0, G 1 4 8, both sides;
+ *   --hot: under each row, every instruction executed at least 0.5 times a row, with its count and objdump's text)
  * Exit 0 with the table; 77 when single-stepping or objdump is not available here (the test then skips). */
 #define _GNU_SOURCE
 #include "base/rng.h"
@@ -44,7 +45,10 @@ static const char *const cname[NCLASS] = {"fma", "vnni", "amx", "cvt", "shuf", "
 typedef struct {
     uint64_t addr;
     int cls;
+    char *text;      /* --hot: objdump's line */
+    double hits;     /* --hot: times executed in the counted calls */
 } Insn;
+static int hot;      /* --hot: list the most executed instructions of the last count */
 static Insn *insns;
 static size_t n_insns;
 static uint64_t load_bias;   /* run-time address - objdump's address */
@@ -127,7 +131,15 @@ static int load_insns(void)
             free(insns);
             insns = more, cap *= 2;
         }
-        insns[n_insns++] = (Insn){a, classify(tok)};
+        char *rest = strtok(NULL, "\n");
+        insns[n_insns] = (Insn){a, classify(tok), NULL, 0};
+        if (hot) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s %s", tok, rest ? rest : "");
+            insns[n_insns].text = xmalloc(strlen(buf) + 1);
+            memcpy(insns[n_insns].text, buf, strlen(buf) + 1);
+        }
+        n_insns++;
     }
     pclose(p);
     if (n_insns == 0) return -1;
@@ -136,7 +148,7 @@ static int load_insns(void)
 }
 
 /* the class of the instruction at run-time address rip: scal outside this executable (the C library) */
-static int class_at(uint64_t rip)
+static int class_at(uint64_t rip, double weight)
 {
     const uint64_t a = rip - load_bias;
     size_t lo = 0, hi = n_insns;
@@ -145,7 +157,11 @@ static int class_at(uint64_t rip)
         if (insns[mid].addr < a) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n_insns && insns[lo].addr == a ? insns[lo].cls : C_SCAL;
+    if (lo < n_insns && insns[lo].addr == a) {
+        insns[lo].hits += weight;
+        return insns[lo].cls;
+    }
+    return C_SCAL;
 }
 
 /* ---- one kernel call, single-stepped ------------------------------------------------------------------------- */
@@ -167,7 +183,7 @@ static void call(const Call *c, size_t n)
 
 /* counts[cls] = the instructions of one call of n rows, with the fixed cost of the stops around it; 0, or -1 when
  * the child cannot be traced */
-static int count_call(const Call *c, size_t n, double *counts)
+static int count_call(const Call *c, size_t n, double *counts, double weight)
 {
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -195,7 +211,7 @@ static int count_call(const Call *c, size_t n, double *counts)
         errno = 0;
         long rip = ptrace(PTRACE_PEEKUSER, pid, (void *)rip_off, NULL);
         if (errno) break;
-        counts[class_at((uint64_t)rip)] += 1;
+        counts[class_at((uint64_t)rip, weight)] += 1;
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
@@ -206,6 +222,7 @@ int main(int argc, char **argv)
 {
     static const char *const fmts[] = {"f16", "int8", "e4m3", "q8_0", "int4", "q4_0"};
     static const size_t Gs[] = {1, 4, 8};
+    if (argc > 1 && !strcmp(argv[argc - 1], "--hot")) hot = 1, argc--;
     const char *only_f = argc > 1 ? argv[1] : NULL;
     const size_t only_g = argc > 2 ? (size_t)strtoul(argv[2], NULL, 10) : 0;
     const char *only_side = argc > 3 ? argv[3] : NULL;
@@ -214,7 +231,7 @@ int main(int argc, char **argv)
     int ok = argc <= 4 && known_f && (argc <= 2 || (only_g >= 1 && only_g <= 64)) &&
              (!only_side || !strcmp(only_side, "keys") || !strcmp(only_side, "vals"));
     if (!ok) {
-        fprintf(stderr, "count_insns: usage: count_insns [FORMAT [G [keys|vals]]], FORMAT one of f16 int8 e4m3 q8_0 "
+        fprintf(stderr, "count_insns: usage: count_insns [FORMAT [G [keys|vals]]] [--hot], FORMAT one of f16 int8 e4m3 q8_0 "
                         "int4 q4_0, G 1..64\n");
         return 2;
     }
@@ -261,7 +278,8 @@ int main(int argc, char **argv)
                 if (only_side && strcmp(only_side, side ? "vals" : "keys") != 0) continue;
                 c.vals = side;
                 double a[NCLASS], b[NCLASS];
-                if (count_call(&c, N1, a) || count_call(&c, N2, b)) {
+                for (size_t i = 0; i < n_insns; i++) insns[i].hits = 0;
+                if (count_call(&c, N1, a, -1.0 / (N2 - N1)) || count_call(&c, N2, b, 1.0 / (N2 - N1))) {
                     fprintf(stderr, "count_insns: the kernel call could not be single-stepped (ptrace)\n");
                     return 77;
                 }
@@ -270,6 +288,10 @@ int main(int argc, char **argv)
                 printf("%-6s %3zu %-4s %8.2f", name, G, side ? "vals" : "keys", tot);
                 for (int i = 0; i < NCLASS; i++) printf(" %7.2f", (b[i] - a[i]) / (N2 - N1));
                 printf("\n");
+                if (hot) {   /* every instruction run at least 0.5 times a row, in address order */
+                    for (size_t i = 0; i < n_insns; i++)
+                        if (insns[i].hits >= 0.5) printf("  %8.2f  %lx  %s\n", insns[i].hits, (unsigned long)insns[i].addr, insns[i].text);
+                }
                 fflush(stdout);
             }
             free(c.q), free(c.s), free(c.p), free(c.acc), free(c.scr);
@@ -277,6 +299,7 @@ int main(int argc, char **argv)
         store_free(&st);
     }
     free(x);
+    for (size_t i = 0; i < n_insns; i++) free(insns[i].text);
     free(insns);
     return 0;
 }

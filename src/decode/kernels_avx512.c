@@ -85,6 +85,21 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
+/* The lines of one row of rb bytes at p: its first and last byte's and every 64 bytes between, without a loop for
+ * rows of up to 192 bytes (a loop's set-up took 14 instructions a row in the value kernels: tests/count_insns). */
+INLINE void prefetch_row(const uint8_t *p, size_t rb)
+{
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+    if (rb > 64) {
+        _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
+        if (rb > 128) {
+            _mm_prefetch((const char *)(p + 128), _MM_HINT_T0);
+            if (rb > 192) prefetch_range(p + 192, rb - 192);
+        }
+    }
+    _mm_prefetch((const char *)(p + rb - 1), _MM_HINT_T0);
+}
+
 /* A key tile's software prefetch, spread over its work: the bytes of the tile two tiles ahead, a few lines per step
  * of the tile's loop instead of one burst at its start. Bursts overlapped poorly with the work on an AMD EPYC
  * (Zen 5) VM: bench_kernels, keys streamed from memory at G = 4, ns a row, burst PF_AHEAD bytes ahead -> spread one
@@ -97,19 +112,25 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
 typedef struct {
     const char *p;          /* the first line */
     size_t lines, per;      /* lines; lines per step */
+    uintptr_t a, end;       /* the first line's address and the end of the last; */
+    size_t stride;          /* 64 per: a step's bytes */
 } Prefetch;
 INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
 {
     const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
-    const size_t lines = ((uintptr_t)p + n - a + 63) / 64;
-    return (Prefetch){.p = (const char *)a, .lines = lines, .per = (lines + steps - 1) / steps};
+    const size_t lines = ((uintptr_t)p + n - a + 63) / 64, per = (lines + steps - 1) / steps;
+    return (Prefetch){.p = (const char *)a, .lines = lines, .per = per, .a = a, .end = a + 64 * lines, .stride = 64 * per};
 }
 static size_t pf_cap = (size_t)-1;   /* the tuning's largest distance (tune_set) */
 INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes < pf_cap ? 2 * tile_bytes : pf_cap; }
 /* step j of the tile's loop: its share of the lines */
 INLINE void pf_step(const Prefetch *c, size_t j)
 {
-    for (size_t l = j * c->per; l < (j + 1) * c->per && l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
+    /* as addresses, not line numbers: a loop over lines l took 9 instructions to set up and 5 a line (f16 keys of 4
+     * heads, 36 instructions a row for 4 lines: tests/count_insns) */
+    uintptr_t q = c->a + j * c->stride, e = q + c->stride;
+    if (e > c->end) e = c->end;
+    for (; q < e; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T0);
 }
 /* one line per step j (loops whose steps must stay light; pf_rest issues what is left) */
 INLINE void pf_line(const Prefetch *c, size_t j)
@@ -1221,8 +1242,8 @@ VN_FORMATS(1, 1)
  * overlapped poorly, for reasons not pinned down on this VM (no cycle counters); spread, the value side at 4 heads per KV head took 8.8 instead of
  * 11.0 ms (q8_0) and 8.8 instead of 10.7 ms (e4m3), kvc bench, 65536 tokens x 8 KV heads, medians of 3
  * alternating runs.) */
-INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
-                     size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t u, size_t pfd)
+INLINE void val_cols(const int F, const int GC, const int CU, const int PF, float *acc, size_t W, const float *wb,
+                     size_t ws, size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t u, size_t pfd)
 {
     const size_t UB = unit_bytes(F);
     const __m512 lut = F == F_KIVI ? lut_half() : lut_centred();
@@ -1233,7 +1254,7 @@ INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t
         UNROLL for (int c = 0; c < 2 * CU; c++) a[g * 2 * CU + c] = _mm512_loadu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c);
     row += u * UB;
     for (size_t i = 0; i < nt; i++, row += rb) {
-        if (pfd) prefetch_range(row - u * UB + pfd, rb);
+        if (PF) prefetch_row(row + pfd, rb);
         __m512 x[4][2];
         UNROLL for (int c = 0; c < CU; c++) cvt32(F, 1, row + (size_t)c * UB, lut, x[c]);
         UNROLL for (int g = 0; g < GC; g++)
@@ -1245,6 +1266,22 @@ INLINE void val_cols(const int F, const int GC, const int CU, float *acc, size_t
     }
     UNROLL for (int g = 0; g < GC; g++)
         UNROLL for (int c = 0; c < 2 * CU; c++) _mm512_storeu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c, a[g * 2 * CU + c]);
+}
+
+/* Every unit of the tile's rows, CU at a time (the last ones one at a time); the first call also prefetches the
+ * rows pfd bytes ahead. */
+INLINE void val_units(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
+                      size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t nu, size_t pfd)
+{
+    size_t u;
+    if (nu >= (size_t)CU) {
+        val_cols(F, GC, CU, 1, acc, W, wb, ws, per, gu, row, rb, nt, 0, pfd);
+        for (u = (size_t)CU; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, 0, acc, W, wb, ws, per, gu, row, rb, nt, u, 0);
+    } else {
+        val_cols(F, GC, 1, 1, acc, W, wb, ws, per, gu, row, rb, nt, 0, pfd);
+        u = 1;
+    }
+    for (; u < nu; u++) val_cols(F, GC, 1, 0, acc, W, wb, ws, per, gu, row, rb, nt, u, 0);
 }
 
 /* GC heads (acc, p at the first): tiles of up to VT tokens; weights w = p times the token scale (int4). */
@@ -1273,9 +1310,7 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
         }
         const uint8_t *row = v->codes + t * rb;
         const size_t pfd = nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD;
-        size_t u = 0;
-        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, acc, W, wb, VT, 1, nu, row, rb, nt, u, u ? 0 : pfd);
-        for (; u < nu; u++) val_cols(F, GC, 1, acc, W, wb, VT, 1, nu, row, rb, nt, u, u ? 0 : pfd);
+        val_units(F, GC, CU, acc, W, wb, VT, 1, nu, row, rb, nt, nu, pfd);
     }
 }
 
@@ -1692,9 +1727,7 @@ INLINE void kivi_val_heads(const int GC, float *acc, const float *p, size_t lp, 
         }
         const uint8_t *row = v->codes + t * rb;
         const size_t pfd = nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD;
-        size_t u = 0;
-        for (; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, row, rb, nt, u, u ? 0 : pfd);
-        for (; u < nu; u++) val_cols(F_KIVI, GC, 1, ak, W, wb, ws, per, gu, row, rb, nt, u, u ? 0 : pfd);
+        val_units(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, row, rb, nt, nu, pfd);
     }
     UNROLL for (int g = 0; g < GC; g++) {
         float ml[16], m[16];
