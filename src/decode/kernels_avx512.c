@@ -86,7 +86,8 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
 }
 
 /* The lines of one row of rb bytes at p: its first and last byte's and every 64 bytes between, without a loop for
- * rows of up to 192 bytes (a loop's set-up took 14 instructions a row in the value kernels: tests/count_insns). */
+ * rows of up to 192 bytes (prefetch_range's loop took 15 instructions for a 128-byte row, its set-up included, in
+ * the value kernels: tests/count_insns). */
 INLINE void prefetch_row(const uint8_t *p, size_t rb)
 {
     _mm_prefetch((const char *)p, _MM_HINT_T0);
@@ -112,7 +113,7 @@ INLINE void prefetch_row(const uint8_t *p, size_t rb)
 typedef struct {
     const char *p;          /* the first line */
     size_t lines, per;      /* lines; lines per step */
-    uintptr_t a, end;       /* the first line's address and the end of the last; */
+    uintptr_t a, end;       /* p as an address; the end of the last line */
     size_t stride;          /* 64 per: a step's bytes */
 } Prefetch;
 INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
@@ -1236,8 +1237,8 @@ VN_FORMATS(1, 1)
 /* ---- values ----------------------------------------------------------------------------------------------- */
 
 /* Units u..u+CU of the tile's nt rows for GC heads: acc[g*W + 32(u+c) + ..] += sum_i w * value, with the weight
- * w = wb[g*ws + i*per + k] of the unit's group k = (u+c) / gu (plain formats: per 1, one group). pfd != 0 (the
- * first column group): each row also prefetches the whole row pfd bytes ahead, so the next tile's prefetches
+ * w = wb[g*ws + i*per + k] of the unit's group k = (u+c) / gu (plain formats: per 1, one group). PF (the first
+ * column group, val_units): each row also prefetches the whole row pfd bytes ahead, so the next tile's prefetches
  * are spread over this tile's work. (They were one burst per tile, and the kernels' work and the memory then
  * overlapped poorly, for reasons not pinned down on this VM (no cycle counters); spread, the value side at 4 heads per KV head took 8.8 instead of
  * 11.0 ms (q8_0) and 8.8 instead of 10.7 ms (e4m3), kvc bench, 65536 tokens x 8 KV heads, medians of 3
