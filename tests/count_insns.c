@@ -204,10 +204,14 @@ static int count_call(const Call *c, size_t n, double *counts, double weight)
     }
     for (int i = 0; i < NCLASS; i++) counts[i] = 0;
     const long rip_off = (long)offsetof(struct user_regs_struct, rip);
+    int done = 0;   /* 1 once the second SIGSTOP ends the call; anything else (a ptrace error) counts nothing */
     for (;;) {
         if (ptrace(PTRACE_SINGLESTEP, pid, NULL, NULL) != 0) break;
         if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) break;
-        if (WSTOPSIG(st) != SIGTRAP) break;   /* the second SIGSTOP: the call is done */
+        if (WSTOPSIG(st) != SIGTRAP) {
+            done = WSTOPSIG(st) == SIGSTOP;
+            break;
+        }
         errno = 0;
         long rip = ptrace(PTRACE_PEEKUSER, pid, (void *)rip_off, NULL);
         if (errno) break;
@@ -215,7 +219,7 @@ static int count_call(const Call *c, size_t n, double *counts, double weight)
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
-    return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 0 : -1;
+    return done && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 0 : -1;
 }
 
 int main(int argc, char **argv)
