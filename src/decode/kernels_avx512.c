@@ -113,14 +113,12 @@ INLINE void prefetch_row(const uint8_t *p, size_t rb)
 typedef struct {
     const char *p;          /* the first line */
     size_t lines, per;      /* lines; lines per step */
-    uintptr_t a, end;       /* p as an address; the end of the last line */
-    size_t stride;          /* 64 per: a step's bytes */
 } Prefetch;
 INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
 {
     const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
-    const size_t lines = ((uintptr_t)p + n - a + 63) / 64, per = (lines + steps - 1) / steps;
-    return (Prefetch){.p = (const char *)a, .lines = lines, .per = per, .a = a, .end = a + 64 * lines, .stride = 64 * per};
+    const size_t lines = ((uintptr_t)p + n - a + 63) / 64;
+    return (Prefetch){.p = (const char *)a, .lines = lines, .per = (lines + steps - 1) / steps};
 }
 static size_t pf_cap = (size_t)-1;   /* the tuning's largest distance (tune_set) */
 INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes < pf_cap ? 2 * tile_bytes : pf_cap; }
@@ -129,8 +127,9 @@ INLINE void pf_step(const Prefetch *c, size_t j)
 {
     /* as addresses, not line numbers: a loop over lines l took 9 instructions to set up and 5 a line (f16 keys of 4
      * heads, 36 instructions a row for 4 lines: tests/count_insns) */
-    uintptr_t q = c->a + j * c->stride, e = q + c->stride;
-    if (e > c->end) e = c->end;
+    const uintptr_t a = (uintptr_t)c->p, end = a + 64 * c->lines, stride = 64 * c->per;
+    uintptr_t q = a + j * stride, e = q + stride;
+    if (e > end) e = end;
     for (; q < e; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T0);
 }
 /* one line per step j (loops whose steps must stay light; pf_rest issues what is left) */
