@@ -57,7 +57,8 @@ int main(int argc, char **argv)
     const double gbps = (double)nf * sizeof *buf / median(sec, 5) / 1e9;
     free(buf);
     printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s%s; W = %d columns; one thread\n", ks->name,
-           decode_amx()    ? " with VNNI integer keys (int8 keys of 2-8 heads, int4 of 5-8: AMX tiles)"
+           decode_amx_values() ? " with VNNI integer keys (AMX tiles: int8 keys of 2-8 heads, int4 of 5-8; int8 and int4 values of 2-8)"
+           : decode_amx()    ? " with VNNI integer keys (int8 keys of 2-8 heads, int4 of 5-8: AMX tiles)"
            : decode_vnni() ? " with VNNI integer keys"
                            : "",
            decode_tune()[0] ? ", tuned for " : "", decode_tune(), W);

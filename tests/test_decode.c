@@ -704,9 +704,10 @@ static void vnni_value_tests(void)
     const KernelSet *sets[2] = {decode_kernels_avx512(1), decode_kernels_avx512(0)};
     if (!sets[0] || !sets[1]) return;
     const int have_vnni = (decode_cpu_features() & DECODE_CPU_AVX512VNNI) != 0;
-    static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200}, Gs[] = {1, 2, 5};
+    static const size_t Ws[] = {64, 128, 256, 384, 512, 576}, ns[] = {1, 3, 4, 17, 64, 65, 200}, Gs[] = {1, 2, 5, 6, 8, 9};
     static const char *const fmts[] = {"int8", "int4", "q4_0"};
     double worst[3][2] = {{0}};   /* [format][vnni set, float32 set] */
+    size_t amx_vals_checked = 0;
     rng r;
     rng_seed_u64(&r, 13);
     for (size_t fi = 0; fi < 3; fi++)
@@ -733,7 +734,18 @@ static void vnni_value_tests(void)
                             sets[si]->vacc[x.f.type](acc[si], p, lp, G, &x.k, t0, n, scr);
                         }
                         char name[128];
-                        if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits (two or more heads: measured slower) */
+                        /* two to eight heads of int8 / int4 with AMX: each head's sums are the one-head kernel's, bit for bit */
+                        const int amx_vals = decode_avx512_amx() && (decode_cpu_features() & DECODE_CPU_AVX512VBMI) && fi < 2 && G >= 2 && G <= 8 && W % 128 == 0 && W <= 512;
+                        if (amx_vals && wk != 5) {
+                            float *a1 = xmalloc(G * W * sizeof *a1);
+                            memcpy(a1, a0, G * W * sizeof *a0);
+                            for (size_t g = 0; g < G; g++) sets[0]->vacc[x.f.type](a1 + g * W, p + g * lp, lp, 1, &x.k, t0, n, scr);
+                            snprintf(name, sizeof name, "decode-avx512-amx-values-%s-W%zu-G%zu-n%zu-w%d%s", fmts[fi], W, G, n, wk,
+                                     case_tag);
+                            check(memcmp(acc[0], a1, G * W * sizeof *a0) == 0, name, "the heads' sums differ from the one-head kernel's");
+                            amx_vals_checked++;
+                            free(a1);
+                        } else if (wk == 5 || G > 1) {   /* not taken: the float32 kernel's bits (two or more heads without AMX: measured slower) */
                             snprintf(name, sizeof name, "decode-avx512-vnni-values-%s-W%zu-G%zu-n%zu-w%d-as-float32%s", fmts[fi],
                                      W, G, n, wk, case_tag);
                             check(memcmp(acc[0], acc[1], G * W * sizeof *a0) == 0, name,
@@ -741,7 +753,7 @@ static void vnni_value_tests(void)
                             free(p), free(scr), free(a0), free(acc[0]), free(acc[1]);
                             continue;
                         }
-                        if (have_vnni && W % 128 == 0 && W <= 512 && wk == 0 && n == 200) {   /* the integer sums are taken */
+                        if (have_vnni && W % 128 == 0 && W <= 512 && wk == 0 && n == 200 && (G == 1 || amx_vals)) {   /* the integer sums are taken */
                             snprintf(name, sizeof name, "decode-avx512-vnni-values-taken-%s-W%zu-G%zu%s", fmts[fi], W, G, case_tag);
                             check(memcmp(acc[0], acc[1], G * W * sizeof *a0) != 0, name, "the same bits as the float32 set");
                         }
@@ -774,6 +786,11 @@ static void vnni_value_tests(void)
     printf("# avx512 int8 / int4 / q4_0 values vs double (max |acc - ref| / max sum |w v|): %s %.2g / %.2g / %.2g, float32 "
            "%.2g / %.2g / %.2g\n", have_vnni ? "VNNI" : "(no VNNI on this CPU: float32)", worst[0][0], worst[1][0], worst[2][0],
            worst[0][1], worst[1][1], worst[2][1]);
+    if (decode_avx512_amx())
+        printf("# avx512 int8 / int4 values of 2 to 8 heads with AMX tile products: the one-head kernel's bits in %zu cases%s\n",
+               amx_vals_checked, case_tag);
+    else
+        printf("# avx512 int8 / int4 values with AMX: not available on this CPU or OS (or KVC_ISA=avx512-noamx); skipped%s\n", case_tag);
 }
 
 /* A NaN in a query (keys) or a weight (values) of the integer slots: the float32 kernel's result, NaN throughout

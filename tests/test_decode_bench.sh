@@ -164,7 +164,8 @@ elif grep -q "tuned for" "$tmp/tune.txt"; then
 else
     ok bench-tune-none-on-avx2
 fi
-# machine.amx_keys says whether the AMX key kernels run: false with KVC_ISA=avx512-noamx or avx2, whatever the CPU;
+# machine.amx_keys / amx_values say whether the AMX key / value kernels run: false with KVC_ISA=avx512-noamx or avx2,
+# whatever the CPU (values never without keys);
 # where it is true, the isa line says so too.
 for isa in avx512-noamx avx2 ""; do
     KVC_ISA=$isa "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 4 --head-dim 64 --formats int8 --threads 1 --repeat 2 \
@@ -174,9 +175,12 @@ for isa in avx512-noamx avx2 ""; do
     if [ $rc -ne 0 ]; then
         bad "$name" "exit $rc: $(head -c 300 "$tmp/err")"
     elif [ -n "$isa" ]; then
-        grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && ok "$name" || bad "$name" "$(grep -o '"amx_keys":[^,]*' "$tmp/amx.json")"
-    else
-        grep -q '"amx_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" && ok "$name" || bad "$name" "no amx_keys field"
+        grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*false' "$tmp/amx.json" &&
+            ok "$name" || bad "$name" "$(grep -o '"amx_[a-z]*":[^,]*' "$tmp/amx.json" | tr '\n' ' ')"
+    else   # values on AMX only where the keys are
+        grep -q '"amx_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*\(true\|false\)' "$tmp/amx.json" &&
+            ! { grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*true' "$tmp/amx.json"; } &&
+            ok "$name" || bad "$name" "$(grep -o '"amx_[a-z]*":[^,]*' "$tmp/amx.json" | tr '\n' ' ')"
     fi
 done
 if grep -q '"amx_keys":[[:space:]]*true' "$tmp/amx.json"; then

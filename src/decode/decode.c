@@ -95,6 +95,7 @@ static unsigned cpu_features(void)
         if (zmm_ok && (b & (1u << 30))) f |= DECODE_CPU_AVX512BW;
         if (zmm_ok && (b & (1u << 31))) f |= DECODE_CPU_AVX512VL;
         if (zmm_ok && (c & (1u << 11))) f |= DECODE_CPU_AVX512VNNI;
+        if (zmm_ok && (c & (1u << 1))) f |= DECODE_CPU_AVX512VBMI;
         if (zmm_ok && (xlo & 0x60000u) == 0x60000u && (d & (3u << 24)) == (3u << 24)) f |= DECODE_CPU_AMX_INT8;
     }
     return f;
@@ -145,6 +146,7 @@ int decode_vnni(void)
 }
 
 int decode_amx(void) { return decode_vnni() && decode_avx512_amx(); }
+int decode_amx_values(void) { return decode_amx() && (decode_cpu_features() & DECODE_CPU_AVX512VBMI) != 0; }
 
 /* The kernels' view of st (kernels.h's KRows). Returns 1 when the slot of its type reads it: every type but
  * STORE_INTN, and intN when full rank, 2 / 4 / 8 bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a

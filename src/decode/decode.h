@@ -44,7 +44,7 @@
  * of a compressed cache without kernel support). Setting the environment variable KVC_ISA=scalar makes
  * DECODE_FUSED use the scalar kernels, KVC_ISA=avx2 the AVX2 set even where AVX-512 is available,
  * KVC_ISA=avx512-novnni the AVX-512 set without its integer (AVX512_VNNI) key kernels, KVC_ISA=avx512-noamx
- * the AVX-512 set without its AMX int8 / int4 key kernels (decode_amx).
+ * the AVX-512 set without its AMX int8 / int4 key and value kernels (decode_amx, decode_amx_values).
  * DECODE_FUSED_INT16Q and DECODE_FUSED_INT8Q (only where DECODE_FUSED has the VNNI set; decoder_create fails
  * elsewhere): the same, except that int8, q8_0, int4 and q4_0 keys take the query rounded per head to an int16
  * (2 bytes: |q - q'| <= max|q| / 64766) or an int8 (|q - q'| <= max|q| / 254, ggml's precision) at any number
@@ -123,7 +123,8 @@ enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_
        DECODE_CPU_AVX512VL = 32, DECODE_CPU_AVX512VNNI = 64,
        DECODE_CPU_AMD = 128,    /* the vendor: the AVX-512 sets' tuning (kernels.h) */
        DECODE_CPU_AMD_F19 = 256, /* AMD family 19h (with AVX-512: Zen 4) */
-       DECODE_CPU_AMX_INT8 = 512 /* AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0 bits 17, 18) */ };
+       DECODE_CPU_AMX_INT8 = 512, /* AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0 bits 17, 18) */
+       DECODE_CPU_AVX512VBMI = 1024 };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
@@ -134,6 +135,9 @@ int decode_vnni(void);
  * tile products (Intel AMX-INT8, granted by the OS; not KVC_ISA=avx512-noamx or avx512-novnni): the VNNI kernels'
  * scores, bit for bit, faster. */
 int decode_amx(void);
+/* 1 when decode_amx and the CPU also reports AVX512-VBMI: the int8 and int4 value slots then take 2 to 8 heads (D %
+ * 128 == 0, D <= 512) as AMX tile products too, each head's sums the one-head integer kernel's, bit for bit. */
+int decode_amx_values(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */
 const char *decode_tune(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times

@@ -19,7 +19,9 @@
  *                          heads, int4 at 5 to 8, through AMX tiles where the CPU has AMX-INT8) take exact
  *                          integer dot products (vpdpbusd) with the query in three 8-bit digits (2^-24 of its
  *                          largest element; KVC_ISA=avx512-novnni keeps the float32 kernels), and its int8, int4
- *                          and q4_0 value slots of one head exact integer sums with the weights in three digits.
+ *                          and q4_0 value slots of one head exact integer sums with the weights in three digits
+ *                          (int8 and int4 values of 2 to 8 heads too, as AMX tile products, where the CPU has
+ *                          AMX-INT8 and AVX512-VBMI: each head's sums those of the one-head kernel, bit for bit).
  * decode.c picks one slot per stored tensor when the decoder is created (a residual segment, e.g. KIVI's FP16
  * window, is just more tensors with their own slot) and calls it for every block of tokens.
  *
@@ -118,7 +120,8 @@ const KernelSet *decode_kernels_avx2(void);
 /* The AVX2 set with slots replaced by AVX-512F/BW/VL kernels (kernels_avx512.c); with vnni != 0 and a CPU that
  * reports AVX512_VNNI, the int8, q8_0, int4 and q4_0 key slots take integer dot products (vpdpbusd; int8 at 2 to 8
  * heads, int4 at 5 to 8, AMX tile products where available, decode_avx512_amx) for any number of heads, and the
- * int8, int4 and q4_0 value slots integer sums for one head (D % 128 == 0, D <= 512).
+ * int8, int4 and q4_0 value slots integer sums for one head (D % 128 == 0, D <= 512; int8 and int4 values of 2 to 8
+ * heads too with AMX and AVX512-VBMI).
  * NULL when built without that translation unit, or when cpuid and xgetbv do not report AVX-512F, BW and VL
  * besides the AVX2 set's features (safe to call on any CPU). */
 const KernelSet *decode_kernels_avx512(int vnni);
@@ -132,7 +135,9 @@ const KernelSet *decode_kernels_avx512(int vnni);
  * for the calls that follow (not while a decoder runs). */
 enum { DECODE_TUNE_AMD = 0, DECODE_TUNE_INTEL = 1, DECODE_TUNE_ZEN4 = 2 };
 /* 1 when the VNNI set's int8 key slot takes 2 to 8 heads (W 64 or 128), and its int4 slot 5 to 8 (W 128), as AMX
- * tile products (kernels_avx512.c, amx_scores: the same scores as its VNNI kernels, bit for bit): cpuid reports AMX-INT8, the OS saves the
+ * tile products (kernels_avx512.c, amx_scores: the same scores as its VNNI kernels, bit for bit), and (where the
+ * CPU also has AVX512-VBMI) its int8 and int4 value slots 2 to 8 heads (W % 128 == 0, W <= 512; amx_vals: each
+ * head's sums the one-head kernel's, bit for bit): cpuid reports AMX-INT8, the OS saves the
  * tile state, Linux granted it, and KVC_ISA is not avx512-noamx. decode_avx512_amx_set, for tests and
  * bench_kernels, turns it off (0) or back on (1, where available) for the calls that follow; returns the old value. */
 int decode_avx512_amx(void);

@@ -2,7 +2,8 @@
  * int8, q8_0, f16, e4m3 and STORE_INTN (KIVI's 4-bit shape) and the softmax pieces (max, exp_sum) replaced by
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
  * integer dot products at any number of heads (int8 keys of 2 to 8 heads and int4 keys of 5 to 8 through AMX tiles
- * where the CPU has AMX-INT8). This file alone is compiled with -mavx512f
+ * where the CPU has AMX-INT8), and the int8, int4 and q4_0 value slots of one head by integer sums (int8 and int4
+ * values of 2 to 8 heads through AMX tiles, amx_vals). This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
@@ -1318,9 +1319,10 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
 
 /* Used for one query head per KV head (the VNNI set), W % 128 == 0 and W <= VN_MAXW, int8 and int4 rows (token
  * scale or none). The weights, exactly enough: per tile of VV_T tokens the float32 weights w = p x the token
- * scale (as the float kernel forms them) become integers v = round(w / sw), sw = max|w| / VN_QMAX, in three
- * balanced base-256 digits like the VNNI keys' query (|w - sw v| <= max|w| 2^-24: float32's own rounding of the
- * largest product). vpdpbusd then sums 4 tokens per int32 lane: the codes of 4 consecutive rows are interleaved
+ * scale (as the float kernel forms them) become integers v = round(w / sw), sw the power of two with max|w| / sw
+ * in (VN_QMAX / 2, VN_QMAX], in three balanced base-256 digits like the VNNI keys' query (|w - sw v| <= sw / 2,
+ * about max|w| 2^-23: float32's own rounding of the largest product, within a factor 2; the power of two makes
+ * w / sw exact, one vscalefps, no division, vv_scale). vpdpbusd then sums 4 tokens per int32 lane: the codes of 4 consecutive rows are interleaved
  * by bytes (two unpack stages per 64 bytes: lane j of vector m holds byte 16 (j / 4) + 4 m + j % 4 of the 4
  * rows), read unsigned (int8: the sign bit flipped, k + 128; int4: the stored n = value + 8, each nibble its own
  * vector), against one digit of the 4 tokens' weights broadcast from memory; each digit's accumulator starts at
@@ -1336,8 +1338,9 @@ enum { VV_T = 64, VV_PF = 4096 };
 
 /* The tile's weight scale from the running max |w| (mx) and the lanes found NaN: -1 for a weight that is not
  * finite (the caller takes the float kernel), 0 for zero or subnormal weights (*sw = 0: nothing to add), else 1
- * with *sw = max|w| / VN_QMAX and *inv its inverse. (A running max loses a NaN to a later lane value, hence nan.) */
-VNNI_INLINE int vv_scale(__m512 mx, __mmask16 nan, float *sw, __m512d *inv)
+ * with *sw = 2^k, the smallest power of two with max|w| / 2^k <= VN_QMAX (k = E - 23 or E - 22 for max|w| in
+ * [2^(E-1), 2^E)), and *ek = -k in every lane. (A running max loses a NaN to a later lane value, hence nan.) */
+VNNI_INLINE int vv_scale(__m512 mx, __mmask16 nan, float *sw, __m512 *ek)
 {
     const float m = _mm512_reduce_max_ps(mx);
     if (nan || !(m <= FLT_MAX)) return -1;
@@ -1345,20 +1348,24 @@ VNNI_INLINE int vv_scale(__m512 mx, __mmask16 nan, float *sw, __m512d *inv)
         *sw = 0.0f;
         return 0;
     }
-    *sw = (float)(m / VN_QMAX);
-    *inv = _mm512_set1_pd(VN_QMAX / (double)m);
+    uint32_t u;
+    memcpy(&u, &m, sizeof u);
+    /* m / 2^(e - 149) = the significand 1.f times 2^22, e the biased exponent: at most VN_QMAX, or one step more */
+    const int k = (int)(u >> 23) - 149 + (((u & 0x7FFFFFu) | 0x800000u) > (uint32_t)(2.0 * VN_QMAX));
+    const uint32_t b = k >= -126 ? (uint32_t)(k + 127) << 23 : 1u << (k + 149);   /* 2^k, subnormal below 2^-126 */
+    memcpy(sw, &b, sizeof b);
+    *ek = _mm512_set1_ps((float)-k);
     return 1;
 }
 
-/* 16 weights x as the integers round(x inv) (|.| <= VN_QMAX < 0x808080) in three balanced base-256 digits: bytes
- * 0..2 of each dword, the least significant first, as signed bytes (bytes 0..2 of v + 0x808080 are the digits +
- * 128; the XOR makes them signed); sum[e] += digit e of each dword. */
-VNNI_INLINE __m512i vv_digits(__m512 x, __m512d inv, __m512i *sum)
+/* 16 weights x as the integers round(x / 2^k) (exact: a scaling by a power of two, then the nearest integer;
+ * |.| <= VN_QMAX < 0x808080) in three balanced base-256 digits: bytes 0..2 of each dword, the least significant
+ * first, as signed bytes (bytes 0..2 of v + 0x808080 are the digits + 128; the XOR makes them signed); sum[e] +=
+ * digit e of each dword. ek: -k in every lane (vv_scale). */
+VNNI_INLINE __m512i vv_digits(__m512 x, __m512 ek, __m512i *sum)
 {
     const __m512i bias = _mm512_set1_epi32(0x808080);
-    const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), inv);
-    const __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))), inv);
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
+    const __m512i v = _mm512_cvtps_epi32(_mm512_scalef_ps(x, ek));
     const __m512i d = _mm512_xor_si512(_mm512_add_epi32(v, bias), bias);
     UNROLL for (int e = 0; e < 3; e++) sum[e] = _mm512_add_epi32(sum[e], _mm512_srai_epi32(_mm512_slli_epi32(d, 24 - 8 * e), 24));
     return d;
@@ -1385,7 +1392,7 @@ VNNI_INLINE int vv_weights(const float *p, const uint16_t *rs, size_t nt, int32_
         nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
     }
-    __m512d inv;
+    __m512 inv;
     const int r = vv_scale(mx, nan, sw, &inv);
     if (r <= 0) return r;
     const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);   /* dword 0 of each lane */
@@ -1500,6 +1507,195 @@ VNNI_INLINE int vv_head(const int F, float *acc, const float *p, const KRows *v,
     return 0;
 }
 
+/* ---- int8 / int4 values of two to eight heads with AMX: vv_head's integer sums, all heads in one pass -------- */
+
+/* Where amx_on (and the CPU has AVX512-VBMI, as every AMX CPU does): the G heads' weights become vv_head's digits
+ * (per head and tile of VV_T = 64 tokens, vv_weights' arithmetic, av_weights), and one tile product per 16 columns
+ * gives every head's exact digit sums at once: A = the digits, row 3 h + e holding digit e of head h for the 64
+ * tokens, 4 tokens a dword (vv_weights' wd: already the tile's layout); B = 16 columns of the 64 rows, built once
+ * for all heads by vv_pass's interleave (B row k = group k of 4 rows; int8 codes as stored, signed; int4 the stored
+ * nibbles n = value + 8, the offset added back as -8 x the digit sums); C = tdpbssd (signed x signed, exact int32
+ * sums). Heads 0..4 are one A tile (15 rows at most), 6 to 8 heads two (4 and G - 4). Each C is stored and flushed
+ * as vv_flush does (vn_combine, x sw, added to the interleaved accumulators), so every head's result is vv_head's,
+ * bit for bit (tests/test_decode.c checks that). Tile registers: tmm0 / tmm1 the head groups' A; two accumulators
+ * at a time (their products overlap): tmm2 / tmm5 their B, tmm3 / tmm6 group 0's C, tmm4 / tmm7 group 1's. */
+#define AMXV_FN static __attribute__((noinline, target("avx512vnni,avx512vbmi,amx-tile,amx-int8")))
+#define AMXV_INLINE static inline __attribute__((always_inline, target("avx512vnni,avx512vbmi,amx-tile,amx-int8")))
+/* AMX values usable: amx_on and the CPU reports AVX512-VBMI (av_weights' byte permutation) */
+static int vbmi_on;
+
+/* The tile's weights of the G heads (p + h lp, nt tokens, rs: their FP16 scales or NULL) as vv_weights makes them for
+ * each head: wd + 48 h its digits (row e = 16 dwords), cor[h] its offsets (int4), sw[h] its scale, 0 for a head of
+ * zero weights (its digits then 0). Returns -1 for a weight that is not finite, else 1 when some head weighs. */
+AMXV_INLINE int av_weights(const int F, const float *p, size_t lp, size_t G, const uint16_t *rs, size_t nt,
+                           int32_t *wd, int32_t (*cor)[3], float *sw)
+{
+    __mmask16 mk[4];
+    __m512 sc[4];
+    UNROLL for (int c = 0; c < 4; c++) {
+        const size_t i = 16 * (size_t)c;
+        mk[c] = (__mmask16)(nt >= i + 16 ? 0xFFFFu : nt > i ? (1u << (nt - i)) - 1u : 0u);
+        sc[c] = rs ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], rs + i)) : _mm512_set1_ps(1.0f);
+    }
+    /* byte 16 L + k of the result = byte L of dword k: lane L holds digit L of the 16 tokens */
+    const __m512i idx = _mm512_set_epi8(63, 59, 55, 51, 47, 43, 39, 35, 31, 27, 23, 19, 15, 11, 7, 3,
+                                        62, 58, 54, 50, 46, 42, 38, 34, 30, 26, 22, 18, 14, 10, 6, 2,
+                                        61, 57, 53, 49, 45, 41, 37, 33, 29, 25, 21, 17, 13, 9, 5, 1,
+                                        60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+    /* in three passes over the heads, so that each pass's per-head chains (the max, its reduction and the division,
+     * the digits) are independent and overlap */
+    float w[8][VV_T] __attribute__((aligned(64)));
+    __m512 mx[8];
+    __mmask16 nan[8];
+    for (size_t h = 0; h < G; h++) {
+        mx[h] = _mm512_setzero_ps(), nan[h] = 0;
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m512 x = _mm512_maskz_loadu_ps(mk[c], p + h * lp + 16 * (size_t)c);
+            if (rs) x = _mm512_mul_ps(x, sc[c]);
+            _mm512_store_ps(w[h] + 16 * c, x);
+            nan[h] |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+            mx[h] = _mm512_max_ps(mx[h], _mm512_abs_ps(x));
+        }
+    }
+    __m512 inv[8];
+    int any = 0, r[8];
+    for (size_t h = 0; h < G; h++) {
+        r[h] = vv_scale(mx[h], nan[h], &sw[h], &inv[h]);
+        if (r[h] < 0) return -1;
+        any |= r[h];
+    }
+    for (size_t h = 0; h < G; h++) {
+        int32_t *wh = wd + 48 * h;
+        if (r[h] == 0) {
+            memset(wh, 0, 48 * sizeof *wh);
+            continue;
+        }
+        __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m512i b = _mm512_permutexvar_epi8(idx, vv_digits(_mm512_load_ps(w[h] + 16 * c), inv[h], sum));
+            _mm_store_si128((__m128i *)(void *)(wh + 4 * c), _mm512_castsi512_si128(b));
+            _mm_store_si128((__m128i *)(void *)(wh + 16 + 4 * c), _mm512_extracti32x4_epi32(b, 1));
+            _mm_store_si128((__m128i *)(void *)(wh + 32 + 4 * c), _mm512_extracti32x4_epi32(b, 2));
+        }
+        if (F == F_INT4)
+            UNROLL for (int e = 0; e < 3; e++) cor[h][e] = -8 * _mm512_reduce_add_epi32(sum[e]);
+    }
+    return any;
+}
+
+/* B of group g (rows r[0..4)) for every accumulator: bt[a] + 64 g. */
+AMXV_INLINE void av_group(const int F, int8_t (*bt)[1024], const uint8_t *const *r, size_t g, size_t nz)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (size_t z = 0; z < nz; z++) {
+        __m512i y[4];
+        if (F == F_INT4) {
+            vv_interleave(r, 64 * z, y);
+            UNROLL for (int m = 0; m < 4; m++) {
+                _mm512_store_si512((void *)(bt[8 * z + 2 * (size_t)m] + 64 * g), _mm512_and_si512(y[m], m4));
+                _mm512_store_si512((void *)(bt[8 * z + 2 * (size_t)m + 1] + 64 * g), _mm512_and_si512(_mm512_srli_epi16(y[m], 4), m4));
+            }
+        } else
+            UNROLL for (int c = 0; c < 2; c++) {
+                vv_interleave(r, 128 * z + 64 * (size_t)c, y);
+                UNROLL for (int m = 0; m < 4; m++) _mm512_store_si512((void *)(bt[8 * z + 4 * (size_t)c + (size_t)m] + 64 * g), y[m]);
+            }
+    }
+}
+
+/* The next tile's rows are prefetched over this one's work, half while B is built (rb / 32 lines a group), half
+ * while the sums are flushed (a burst would leave the memory idle for the rest of the tile; and a version that
+ * built the next tile's B between this one's products and sums, so that the rows are read at an even pace, measured
+ * slower: int8 at 4 heads 12.7 against 9.5 ns a row in L2, 21.2 against 17.6 streamed). scr: G W floats of
+ * interleaved accumulators, then G x 48 digit dwords. Returns -1 (nothing added) for a weight that is not finite. */
+AMXV_INLINE int amx_vals(const int F, float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0,
+                         size_t n, float *scr)
+{
+    const size_t W = v->W, rb = v->row_bytes, nz = W / 128, na = 8 * nz;
+    const size_t g0 = G <= 5 ? G : 4, g1 = G - g0, pb = rb / 32, pa = VV_T * rb / 64 / na;
+    float *fp = scr, sw[8];
+    int32_t *wd = (int32_t *)(void *)(scr + G * W), cor[8][3] = {{0}};
+    int8_t bt[VN_MAXW / 16][1024] __attribute__((aligned(64)));   /* B of accumulator a (16 columns) */
+    int32_t cb[4][256] __attribute__((aligned(64)));              /* C: [2 k + group] for accumulator a + k */
+    const int32_t *crow[8];                                       /* head h's digit rows in its group's C */
+    for (size_t h = 0; h < G; h++) crow[h] = cb[h >= g0] + 48 * (h >= g0 ? h - g0 : h);
+    memset(fp, 0, G * W * sizeof *fp);
+    AmxConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = cfg.rows[3] = cfg.rows[6] = (uint8_t)(3 * g0);
+    cfg.rows[1] = cfg.rows[4] = cfg.rows[7] = (uint8_t)(g1 ? 3 * g1 : 1);
+    cfg.rows[2] = cfg.rows[5] = 16;
+    for (int i = 0; i < 8; i++) cfg.colsb[i] = 64;
+    int configured = 0;
+    for (size_t i0 = 0; i0 < n; i0 += VV_T) {
+        const size_t nt = n - i0 < VV_T ? n - i0 : VV_T, t = t0 + i0;
+        const int any = av_weights(F, p + i0, lp, G, v->rscale ? v->rscale + t : NULL, nt, wd, cor, sw);
+        if (any < 0) {
+            if (configured) _tile_release();
+            return -1;
+        }
+        if (!any) continue;
+        const uint8_t *row0 = v->codes + t * rb, *pf = row0 + nt * rb;   /* past the tensor: a prefetch does not fault */
+        for (size_t g = 0; g < VV_T / 4; g++) {   /* B: group g of 4 rows (past nt: the last row again, weight 0) */
+            const uint8_t *r[4];
+            if (nt == VV_T) UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (4 * g + (size_t)i) * rb;
+            else UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (4 * g + (size_t)i < nt ? 4 * g + (size_t)i : nt - 1) * rb;
+            for (size_t j = 0; j < pb; j++, pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            av_group(F, bt, r, g, nz);
+        }
+        if (!configured) _tile_loadconfig(&cfg), configured = 1;
+        _tile_loadd(0, wd, 64);
+        if (g1) _tile_loadd(1, wd + 48 * g0, 64);
+        for (size_t a = 0; a < na; a += 2) {
+            _tile_loadd(2, bt[a], 64);
+            _tile_loadd(5, bt[a + 1], 64);
+            _tile_zero(3);
+            _tile_zero(6);
+            _tile_dpbssd(3, 0, 2);
+            _tile_dpbssd(6, 0, 5);
+            if (g1) {
+                _tile_zero(4);
+                _tile_zero(7);
+                _tile_dpbssd(4, 1, 2);
+                _tile_dpbssd(7, 1, 5);
+            }
+            _tile_stored(3, cb[0], 64);
+            _tile_stored(6, cb[2], 64);
+            if (g1) {
+                _tile_stored(4, cb[1], 64);
+                _tile_stored(7, cb[3], 64);
+            }
+            for (size_t j = 0; j < pa; j++, pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            for (size_t h = 0; h < G; h++) {
+                if (sw[h] == 0.0f) continue;
+                const __m512 s = _mm512_set1_ps(sw[h]);
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const int32_t *c = crow[h] + 512 * k;
+                    __m512i d[3];
+                    UNROLL for (int e = 0; e < 3; e++) {   /* vn_combine's order: the most significant digit first */
+                        d[e] = _mm512_load_si512((const void *)(c + 16 * (2 - e)));
+                        if (F == F_INT4) d[e] = _mm512_add_epi32(d[e], _mm512_set1_epi32(cor[h][2 - e]));
+                    }
+                    float *f = fp + h * W + 16 * (a + (size_t)k);
+                    _mm512_storeu_ps(f, _mm512_fmadd_ps(vn_combine(3, d), s, _mm512_loadu_ps(f)));
+                }
+            }
+        }
+    }
+    if (configured) _tile_release();
+    for (size_t h = 0; h < G; h++) vv_unpermute(F, acc + h * W, fp + h * W, nz);
+    return 0;
+}
+AMXV_FN int amx_int8_vals(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, float *scr)
+{
+    return amx_vals(F_INT8, acc, p, lp, G, v, t0, n, scr);
+}
+AMXV_FN int amx_int4_vals(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, float *scr)
+{
+    return amx_vals(F_INT4, acc, p, lp, G, v, t0, n, scr);
+}
+
 /* q4_0 values of one head: as int4's (vv_pass), with a weight per token and block, p x d: per tile of VV_T tokens
  * and pass of 4 blocks (128 columns) one scale sw = max|p d| / VN_QMAX; each group of 4 rows gets per digit one
  * vector whose 128-bit lane L holds the 4 rows' digits for block 4 z + L (the codes' lane L is block L too), so
@@ -1532,7 +1728,7 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
         nan |= _mm512_cmp_ps_mask(w[g], w[g], _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(w[g]));
     }
-    __m512d inv;
+    __m512 inv;
     const int r = vv_scale(mx, nan, sw, &inv);
     if (r <= 0) return r;
     __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
@@ -1932,16 +2128,17 @@ VN_ROUNDED(1)
  * vpdpbusd per 4 tokens and head against 32 FMAs, only a quarter fewer (vpdpbusd and the FMA each issue once a
  * cycle there: 0.27 ns, 12 independent chains), and each head's weight digits and the kept codes' loads cost about
  * as much; at one head the gain is the conversion of the codes, which two or more heads share anyway. */
-#define VV_SLOT(NAME, HEAD, FALLBACK)                                                                               \
+#define VV_SLOT(NAME, HEAD, AMXV, FALLBACK)                                                                             \
     __attribute__((target("avx512vnni"))) static void NAME(float *acc, const float *p, size_t lp, size_t G,       \
                                                            const KRows *v, size_t t0, size_t n, float *scr)       \
     {                                                                                                             \
         if (G == 1 && v->W % 128 == 0 && v->W <= VN_MAXW && HEAD == 0) return;                                   \
+        if (G >= 2 && G <= 8 && amx_on && vbmi_on && v->W % 128 == 0 && v->W <= VN_MAXW && AMXV == 0) return;                \
         FALLBACK(acc, p, lp, G, v, t0, n, scr);                                                                   \
     }
-VV_SLOT(vacc_int8_vn, vv_head(F_INT8, acc, p, v, t0, n, scr), vacc_int8)
-VV_SLOT(vacc_int4_vn, vv_head(F_INT4, acc, p, v, t0, n, scr), vacc_int4)
-VV_SLOT(vacc_q4_0_vn, vq_head(acc, p, v, t0, n, scr), vacc_q4_0)
+VV_SLOT(vacc_int8_vn, vv_head(F_INT8, acc, p, v, t0, n, scr), amx_int8_vals(acc, p, lp, G, v, t0, n, scr), vacc_int8)
+VV_SLOT(vacc_int4_vn, vv_head(F_INT4, acc, p, v, t0, n, scr), amx_int4_vals(acc, p, lp, G, v, t0, n, scr), vacc_int4)
+VV_SLOT(vacc_q4_0_vn, vq_head(acc, p, v, t0, n, scr), -1, vacc_q4_0)
 #undef VV_SLOT
 DEFINE_FORMAT(f16, F_F16, STORE_F16, 1, 0)
 /* E4M3: the kernels above with the query or the weights lifted (e4m3_f32, E4M3_LIFT); the AVX2 set's kernels
@@ -2080,6 +2277,7 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         int_keys(&kernels_avx512_r1, "avx512-int8q", scores_int8_r1, scores_q8_0_r1, scores_int4_r1, scores_q4_0_r1);
         const char *isa = getenv("KVC_ISA");
         amx_on = amx_granted() && !(isa && strcmp(isa, "avx512-noamx") == 0);
+        vbmi_on = (f & DECODE_CPU_AVX512VBMI) != 0;
         ready = 1;
     }
     return vnni && (f & DECODE_CPU_AVX512VNNI) ? &kernels_avx512_vnni : &kernels_avx512;
