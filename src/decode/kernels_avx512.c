@@ -1392,13 +1392,13 @@ VNNI_INLINE int vv_weights(const float *p, const uint16_t *rs, size_t nt, int32_
         nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
     }
-    __m512 inv;
-    const int r = vv_scale(mx, nan, sw, &inv);
+    __m512 ek;
+    const int r = vv_scale(mx, nan, sw, &ek);
     if (r <= 0) return r;
     const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);   /* dword 0 of each lane */
     __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (size_t i = 0; i < VV_T; i += 16) {
-        const __m512i d = vv_digits(_mm512_load_ps(w + i), inv, sum);
+        const __m512i d = vv_digits(_mm512_load_ps(w + i), ek, sum);
         UNROLL for (int e = 0; e < 3; e++) {
             const __m512i g = _mm512_permutexvar_epi32(lane0, _mm512_shuffle_epi8(d, vv_pick(e)));
             _mm_storeu_si128((__m128i *)(void *)(wd + (size_t)e * (VV_T / 4) + i / 4), _mm512_castsi512_si128(g));
@@ -1557,10 +1557,10 @@ AMXV_INLINE int av_weights(const int F, const float *p, size_t lp, size_t G, con
             mx[h] = _mm512_max_ps(mx[h], _mm512_abs_ps(x));
         }
     }
-    __m512 inv[8];
+    __m512 ek[8];
     int any = 0, r[8];
     for (size_t h = 0; h < G; h++) {
-        r[h] = vv_scale(mx[h], nan[h], &sw[h], &inv[h]);
+        r[h] = vv_scale(mx[h], nan[h], &sw[h], &ek[h]);
         if (r[h] < 0) return -1;
         any |= r[h];
     }
@@ -1572,7 +1572,7 @@ AMXV_INLINE int av_weights(const int F, const float *p, size_t lp, size_t G, con
         }
         __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
         UNROLL for (int c = 0; c < 4; c++) {
-            const __m512i b = _mm512_permutexvar_epi8(idx, vv_digits(_mm512_load_ps(w[h] + 16 * c), inv[h], sum));
+            const __m512i b = _mm512_permutexvar_epi8(idx, vv_digits(_mm512_load_ps(w[h] + 16 * c), ek[h], sum));
             _mm_store_si128((__m128i *)(void *)(wh + 4 * c), _mm512_castsi512_si128(b));
             _mm_store_si128((__m128i *)(void *)(wh + 16 + 4 * c), _mm512_extracti32x4_epi32(b, 1));
             _mm_store_si128((__m128i *)(void *)(wh + 32 + 4 * c), _mm512_extracti32x4_epi32(b, 2));
@@ -1697,7 +1697,7 @@ AMXV_FN int amx_int4_vals(float *acc, const float *p, size_t lp, size_t G, const
 }
 
 /* q4_0 values of one head: as int4's (vv_pass), with a weight per token and block, p x d: per tile of VV_T tokens
- * and pass of 4 blocks (128 columns) one scale sw = max|p d| / VN_QMAX; each group of 4 rows gets per digit one
+ * and pass of 4 blocks (128 columns) one scale sw (vv_scale's power of two for max|p d|); each group of 4 rows gets per digit one
  * vector whose 128-bit lane L holds the 4 rows' digits for block 4 z + L (the codes' lane L is block L too), so
  * vpdpbusd reads it whole instead of broadcast; the offsets (-8 x the digit sums) are per lane as well. Measured
  * on the AMD Zen 4 VM (bench_kernels, one head, medians of 5 alternating runs, ns a row, float32 -> this): in L2
@@ -1728,12 +1728,12 @@ VNNI_INLINE int vq_weights(const float *p, const uint8_t *row0, size_t rb, size_
         nan |= _mm512_cmp_ps_mask(w[g], w[g], _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, _mm512_abs_ps(w[g]));
     }
-    __m512 inv;
-    const int r = vv_scale(mx, nan, sw, &inv);
+    __m512 ek;
+    const int r = vv_scale(mx, nan, sw, &ek);
     if (r <= 0) return r;
     __m512i sum[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (size_t g = 0; g < ng; g++) {
-        const __m512i dg = vv_digits(w[g], inv, sum);
+        const __m512i dg = vv_digits(w[g], ek, sum);
         UNROLL for (int e = 0; e < 3; e++) _mm512_store_si512((void *)(wq + 3 * g + (size_t)e), _mm512_shuffle_epi8(dg, vv_pick(e)));
     }
     UNROLL for (int e = 0; e < 3; e++) {   /* each lane's 4 dwords: that lane's (block's) sum, times -8 */
@@ -2137,8 +2137,9 @@ VN_ROUNDED(1)
 #undef VN_ROUNDED
 #undef VN_SLOT
 /* int8 / int4 / q4_0 values of one query head per KV head with W % 128 == 0: the VNNI sums (vv_head, vq_head; the slots of the VNNI
- * sets only), else (and for a weight that is not finite) the float32 kernels above. Not for two or more heads: a
- * version that interleaved each tile once and ran the heads' digits over the kept codes measured slower than the
+ * sets only), else (and for a weight that is not finite) the float32 kernels above. Two to eight heads of int8 and
+ * int4: the AMX tile products (amx_vals) where amx_on and vbmi_on, else the float32 kernels. Without AMX, not for
+ * two or more heads: a version that interleaved each tile once and ran the heads' digits over the kept codes measured slower than the
  * float32 kernels, whose conversion is then shared (AMD Zen 4 VM, bench_kernels, values in L2, ns a row, float32 ->
  * VNNI: int8 G = 2 / 4 / 8 7.6 / 11.5 / 23.1 -> 8.8 / 16.8 / 29.1, int4 7.8 / 12.4 / 22.9 -> 8.2 / 13.0 / 24.0;
  * with the kept codes read by the instruction, G = 4: int8 12.8 -> 13.4, int4 12.3 -> 10.9). Three digits take 24
