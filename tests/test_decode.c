@@ -694,7 +694,7 @@ static void vnni_score_tests(void)
 
 /* The VNNI set's int8 / int4 / q4_0 value slots (integer sums over the weights in three base-256 digits, per tile of 64
  * tokens) against the weighted sums in double over the dequantized rows, and against the float32 set: W = 64 ..
- * 576 (64 and 576: not taken, the float kernels), G = 1, 2, 5 heads, n = 1 .. 200 (tails of the 4-token groups and
+ * 576 (64 and 576: not taken, the float kernels), G = 1, 2, 5, 6, 8, 9 heads (2-8 of int8 / int4 with AMX: each head the one-head kernel's bits), n = 1 .. 200 (tails of the 4-token groups and
  * of the tiles), t0 > 0, acc not zero on entry (the slot adds); weights uniform in [0, 1), exp(8 N(0, 1)) (a wide
  * range), all zero, one 1 among 1e-30s, signed in [-1, 1), and one +inf in the last head (not finite: the float32
  * kernel, the same bits as the float32 set; so too two or more heads). Error per head: max_j |acc_j - ref_j| / max_j sum_i |w_i v_ij| (the

@@ -1542,7 +1542,7 @@ AMXV_INLINE int av_weights(const int F, const float *p, size_t lp, size_t G, con
                                         62, 58, 54, 50, 46, 42, 38, 34, 30, 26, 22, 18, 14, 10, 6, 2,
                                         61, 57, 53, 49, 45, 41, 37, 33, 29, 25, 21, 17, 13, 9, 5, 1,
                                         60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
-    /* in three passes over the heads, so that each pass's per-head chains (the max, its reduction and the division,
+    /* in three passes over the heads, so that each pass's per-head chains (the max, its reduction and the power of two,
      * the digits) are independent and overlap */
     float w[8][VV_T] __attribute__((aligned(64)));
     __m512 mx[8];
