@@ -14,7 +14,7 @@
  *
  * Not a test by itself: tests/test_count_insns.sh checks its counts against what the kernels must do, and
  * scripts/bench.sh (make bench) writes its table to results/bench-insns.txt. Usage:
- *   count_insns [FORMAT [G [keys|vals]]] [--hot]   (default: f16 int8 e4m3 q8_0 int4 q4_0, G 1 4 8, both sides;
+ *   count_insns [FORMAT [G [keys|vals]]] [--hot]   (default: f16 int8 e4m3 q8_0 int4 q4_0 kivi4, G 1 4 8, both sides;
  *   --hot: under each row, every instruction executed at least 0.05 times a row (once a 16-row tile: 0.0625), with its count and objdump's text)
  * Exit 0 with the table; 77 when single-stepping or objdump is not available here (the test then skips). */
 #define _GNU_SOURCE
@@ -22,6 +22,7 @@
 #include "base/util.h"
 #include "decode/decode.h"
 #include "decode/kernels.h"
+#include "eval/bench.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -169,7 +170,7 @@ static int class_at(uint64_t rip, double weight)
 typedef struct {
     const KernelSet *ks;
     StoreType type;
-    const KRows *k;
+    const KRows *k, *v;   /* the key rows, the value rows (the same but for kivi4) */
     size_t G;
     float *q, *s, *p, *acc, *scr;
     int vals;
@@ -177,7 +178,7 @@ typedef struct {
 
 static void call(const Call *c, size_t n)
 {
-    if (c->vals) c->ks->vacc[c->type](c->acc, c->p, N2, c->G, c->k, 0, n, c->scr);
+    if (c->vals) c->ks->vacc[c->type](c->acc, c->p, N2, c->G, c->v, 0, n, c->scr);
     else c->ks->scores[c->type](c->s, N2, c->q, c->G, c->k, 0, n, c->scr);
 }
 
@@ -224,7 +225,7 @@ static int count_call(const Call *c, size_t n, double *counts, double weight)
 
 int main(int argc, char **argv)
 {
-    static const char *const fmts[] = {"f16", "int8", "e4m3", "q8_0", "int4", "q4_0"};
+    static const char *const fmts[] = {"f16", "int8", "e4m3", "q8_0", "int4", "q4_0", "kivi4"};
     static const size_t Gs[] = {1, 4, 8};
     if (argc > 1 && !strcmp(argv[argc - 1], "--hot")) hot = 1, argc--;
     const char *only_f = argc > 1 ? argv[1] : NULL;
@@ -236,7 +237,7 @@ int main(int argc, char **argv)
              (!only_side || !strcmp(only_side, "keys") || !strcmp(only_side, "vals"));
     if (!ok) {
         fprintf(stderr, "count_insns: usage: count_insns [FORMAT [G [keys|vals]]] [--hot], FORMAT one of f16 int8 e4m3 q8_0 "
-                        "int4 q4_0, G 1..64\n");
+                        "int4 q4_0 kivi4, G 1..64\n");
         return 2;
     }
     if (load_insns()) {
@@ -262,19 +263,34 @@ int main(int argc, char **argv)
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
         const char *name = fmts[fi];
         if (only_f && strcmp(only_f, name) != 0) continue;
-        StoreFormat f;
-        if (store_format_parse(&f, name, "format")) return 2;
-        StoreTensor st;
-        rng_normal_fill(&r, x, (size_t)N2 * W);
-        store_alloc(&st, f, N2, W);
-        store_quantize_f64(&st, x);
-        const int scaled = store_type_is_int(f.type) && f.axis == STORE_AXIS_TOKEN;
-        const KRows k = {.type = f.type, .codes = st.codes, .row_bytes = st.row_bytes,
-                         .rscale = scaled ? st.scales : NULL, .W = W};
+        /* kivi4: kvc bench's KIVI cache without its FP16 residual (keys 4-bit per channel, values per token, groups of
+         * BENCH_KIVI_GROUP, FP16 scales and mins); the others one format for both sides */
+        const int kivi = !strcmp(name, "kivi4");
+        StoreFormat fk, fv;
+        if (kivi) {
+            fk = store_intn_format(4, 1, STORE_AXIS_CHANNEL, BENCH_KIVI_GROUP, STORE_SCALE_F16);
+            fv = store_intn_format(4, 1, STORE_AXIS_TOKEN, BENCH_KIVI_GROUP, STORE_SCALE_F16);
+        } else if (store_format_parse(&fk, name, "format")) {
+            return 2;
+        } else {
+            fv = fk;
+        }
+        StoreTensor st[2];
+        KRows k[2];
+        for (int i = 0; i < 2; i++) {
+            rng_normal_fill(&r, x, (size_t)N2 * W);
+            store_alloc(&st[i], i ? fv : fk, N2, W);
+            store_quantize_f64(&st[i], x);
+            if (!decode_rows(&k[i], &st[i])) {
+                fprintf(stderr, "count_insns: %s: no kernel slot reads it\n", name);
+                return 2;
+            }
+        }
+        const StoreType type = fk.type;
         const size_t *gl = only_g ? &only_g : Gs, ng = only_g ? 1 : sizeof Gs / sizeof Gs[0];
         for (size_t gi = 0; gi < ng; gi++) {
             const size_t G = gl[gi];
-            Call c = {.ks = ks, .type = f.type, .k = &k, .G = G};
+            Call c = {.ks = ks, .type = type, .k = &k[0], .v = &k[1], .G = G};
             c.q = xmalloc(G * W * sizeof *c.q), c.s = xmalloc(G * N2 * sizeof *c.s), c.p = xmalloc(G * N2 * sizeof *c.p);
             c.acc = xcalloc(G * W, sizeof *c.acc), c.scr = xalloc64(DECODE_SCRATCH(G, W) * sizeof *c.scr);
             for (size_t i = 0; i < G * W; i++) c.q[i] = (float)rng_standard_normal(&r);
@@ -301,7 +317,7 @@ int main(int argc, char **argv)
             }
             free(c.q), free(c.s), free(c.p), free(c.acc), free(c.scr);
         }
-        store_free(&st);
+        store_free(&st[0]), store_free(&st[1]);
     }
     free(x);
     for (size_t i = 0; i < n_insns; i++) free(insns[i].text);

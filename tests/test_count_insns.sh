@@ -44,6 +44,14 @@ else
     tot=$(col "$tmp/int8v" int8 4 vals total)
     awk -v t="$tot" -v w="$want" 'BEGIN { exit !(t > w) }' && ok count-insns-total-above-fma \
         || bad count-insns-total-above-fma "total $tot a row, not above its $want FMAs"
+    # kivi4 (keys per channel, values per token, groups of 32): float kernels on both sides, at least one FMA per
+    # 4 x 128 / lanes products a row (keys: q' = q s per group of tokens, then q' . n; values: w = p s per group)
+    "$CI" kivi4 4 >"$tmp/kivi" 2>&1
+    for side in keys vals; do
+        got=$(col "$tmp/kivi" kivi4 4 $side fma)
+        awk -v g="$got" -v w="$want" 'BEGIN { exit !(g != "" && g >= w) }' && ok count-insns-kivi4-$side-fma \
+            || bad count-insns-kivi4-$side-fma "got '$got' FMAs a row, want at least $want ($set)"
+    done
 fi
 # the same binary counts the same instructions twice
 "$CI" int8 4 keys >"$tmp/a" 2>&1
@@ -72,6 +80,6 @@ if grep -q "int8 and int4 values of 2-8" "$tmp/d"; then
 else
     [ "$amx" = 0.00 ] && ok count-insns-no-amx-values || bad count-insns-no-amx-values "amx $amx a row, header without AMX values"
 fi
-"$CI" kivi4 >/dev/null 2>"$tmp/err"
+"$CI" q4_2 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "usage" "$tmp/err" && ok count-insns-rejects-format || bad count-insns-rejects-format "$(cat "$tmp/err")"
 exit $fail

@@ -148,10 +148,8 @@ int decode_vnni(void)
 int decode_amx(void) { return decode_vnni() && decode_avx512_amx(); }
 int decode_amx_values(void) { return decode_amx() && (decode_cpu_features() & DECODE_CPU_AVX512VBMI) != 0; }
 
-/* The kernels' view of st (kernels.h's KRows). Returns 1 when the slot of its type reads it: every type but
- * STORE_INTN, and intN when full rank, 2 / 4 / 8 bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a
- * multiple of 8 (or one group per row / column); else 0 (the generic tile path). */
-static int rows_of(KRows *r, const StoreTensor *st)
+/* kernels.h */
+int decode_rows(KRows *r, const StoreTensor *st)
 {
     StoreFormat f = st->fmt;
     memset(r, 0, sizeof *r);
@@ -253,7 +251,7 @@ static void side_init(const Decoder *d, Side *sd, const StoreTensor *st, size_t 
     sd->rows = xmalloc(n_kv * sizeof *sd->rows);
     int fused = 1;   /* every tensor of a side has one format and shape: one slot for all */
     for (size_t i = 0; i < n_kv; i++)
-        if (!rows_of(&sd->rows[i], &sd->rd[i])) fused = 0;
+        if (!decode_rows(&sd->rows[i], &sd->rd[i])) fused = 0;
     StoreType t = fused ? sd->rd[0].fmt.type : STORE_F32;   /* the type the kernels read */
     if (fused) {
         sd->scores = d->ks->scores[t];

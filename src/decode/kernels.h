@@ -73,6 +73,12 @@ typedef struct KRows {
     int f32;                 /* 1: FP32 parameters, 0: FP16 */
 } KRows;
 
+/* *r = the kernels' view of the stored tensor st (decode.c, which builds every slot's rows with it; tests/count_insns
+ * too). Returns 1 when the slot of st's type reads it: every type but STORE_INTN, and intN when full rank, 2 / 4 / 8
+ * bits, FP16 or FP32 parameters, W % 8 == 0 and groups of a multiple of 8 (or one group per row / column); else 0
+ * (decode.c then takes the generic tile path). */
+int decode_rows(KRows *r, const StoreTensor *st);
+
 /* Floats of scratch (scr) a kernel call needs for G query heads over rows of W columns (the intN kernels' prepared
  * queries, parameters and accumulators; the other kernels use none). */
 #define DECODE_SCRATCH(G, W) ((G) * (4 * (W) + 16) + 8 * (W) + 64)

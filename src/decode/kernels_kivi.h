@@ -23,7 +23,7 @@
  *
  * Codes: element (t, j) at bit (t W + j) b of one little-endian bit stream; the kernels need byte-aligned rows
  * (row_bytes = W b / 8) and W % 8 == 0 and g % 8 == 0 (or one group for the whole column / row); decode.c
- * checks this (rows_of) and sends every other intN shape (3 / 5 / 6 / 7 bits, other groups, W % 8 != 0, low rank)
+ * checks this (decode_rows) and sends every other intN shape (3 / 5 / 6 / 7 bits, other groups, W % 8 != 0, low rank)
  * through the generic dequantized-tile path. The
  * interface is in natural column order both ways; the AVX2 kernels read 8 bytes at a time in their own order
  * (4 bits: even then odd columns of 16; 2 bits: column 4i + k at 8k + i of 32) and permute q' and the
