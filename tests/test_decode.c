@@ -1175,6 +1175,15 @@ int main(void)
     static const char *const fmts[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "int8", "int4", "int2",
                                        "int8ch", "int4ch", "int2ch", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
     size_t nf = sizeof fmts / sizeof fmts[0], n_block = 6;   /* the last n_block: ggml blocks of 32 */
+    /* decoders of the default block (DECODE_BLOCK tokens a work item): T crossing it, G = 1 / 4, two threads */
+    static const char *const dflt[] = {"f16", "int8", "q4_0", "e4m3"};
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) {
+        run_case(dflt[i], dflt[i], 1, 2, 4, DECODE_BLOCK + 1, 128, 1);
+        run_case(dflt[i], dflt[i], 1, 1, 1, 2 * DECODE_BLOCK + 100, 128, 1);
+    }
+    /* the rest with blocks of 2048 tokens, so that these T cross block boundaries (and the merge of many blocks,
+     * their order and thread count run) at a small cost */
+    decode_set_block(2048);
     /* every format at D = 128 with GQA, T crossing a block boundary */
     for (size_t i = 0; i < nf; i++) run_case(fmts[i], fmts[i], 1, 2, 4, 2049, 128, 1);
     /* odd sizes: one token, T = 37, D = 64 / 256, G = 1 / 3 / 9 */

@@ -2,7 +2,7 @@
  * the ordered merge, the naive dequantize-then-attend path, and the kernel dispatch (one KernelSet slot per
  * stored tensor, chosen when the decoder is created: kernels.h).
  * L layers, Hkv KV heads, Hq query heads, G = Hq / Hkv, T tokens, D head dim, W stored columns of a side
- * (K or V: D, or the rank), nb = the blocks of DECODE_BLOCK tokens of both segments (main, then residual). */
+ * (K or V: D, or the rank), nb = the blocks of blk tokens of both segments (main, then residual). */
 #include "decode/decode.h"
 #include "decode/kernels.h"
 #include "base/pool.h"
@@ -40,6 +40,7 @@ typedef struct Seg {
 struct Decoder {
     DecodeCache c;
     size_t Hq, G, nb, SW;       /* nb: blocks of both segments; SW: slot width 2 + max WV */
+    size_t blk;                 /* tokens per block (work item) */
     size_t ns;                  /* segments: 1, or 2 with a residual */
     Seg seg[2];
     int keys_only;
@@ -47,7 +48,7 @@ struct Decoder {
     const KernelSet *ks;
     Pool *pool;
     float *slots;               /* (L*Hq, nb, SW): m_b, l_b, acc_b */
-    float **S, **acc;           /* per thread: (G, DECODE_BLOCK) scores, (G, max WV) accumulators */
+    float **S, **acc;           /* per thread: (G, blk) scores, (G, max WV) accumulators */
     float **tile;               /* per thread: rows of a tensor without a slot, dequantized (generic path) */
     size_t tile_rows;
     float **scr;                /* per thread: kernel scratch (DECODE_SCRATCH) */
@@ -275,7 +276,7 @@ static void side_free(Side *sd)
 static void seg_init(Decoder *d, Seg *sg, size_t T, const StoreTensor *K, const StoreTensor *V, size_t b0)
 {
     sg->T = T;
-    sg->nb = (T + DECODE_BLOCK - 1) / DECODE_BLOCK;
+    sg->nb = (T + d->blk - 1) / d->blk;
     sg->b0 = b0;
     side_init(d, &sg->k, K, T);
     side_init(d, &sg->v, V, T);
@@ -287,6 +288,15 @@ static void seg_free(Seg *sg)
     side_free(&sg->k);
     side_free(&sg->v);
     free(sg->qp);
+}
+
+static size_t block_tokens = DECODE_BLOCK;   /* decode_set_block */
+
+size_t decode_set_block(size_t tokens)
+{
+    const size_t was = block_tokens;
+    block_tokens = tokens >= 64 && tokens <= 65536 && tokens % 64 == 0 ? tokens : DECODE_BLOCK;
+    return was;
 }
 
 Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl)
@@ -339,6 +349,7 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     d->c = *c;
     d->Hq = Hq;
     d->G = Hq / c->Hkv;
+    d->blk = block_tokens;
     d->impl = impl;
     d->keys_only = c->V == NULL;
     d->ks = ks;
@@ -361,10 +372,10 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
         if (sg->v.st && sg->v.st[0].fmt.rank > rmax) rmax = sg->v.st[0].fmt.rank;
         tiles |= !sg->k.scores || (sg->v.st && !sg->v.vacc);
     }
-    if (impl == DECODE_NAIVE) d->lr = per_thread(threads, rmax * (DECODE_BLOCK + c->D));
+    if (impl == DECODE_NAIVE) d->lr = per_thread(threads, rmax * (d->blk + c->D));
     d->SW = 2 + wv;
     d->slots = xalloc64(n_q * d->nb * d->SW * sizeof *d->slots);
-    d->S = per_thread(threads, d->G * DECODE_BLOCK);
+    d->S = per_thread(threads, d->G * d->blk);
     size_t wmaxkv = wk > wv ? wk : wv;
     d->tile_rows = ((size_t)1 << 16) / wmaxkv;
     if (d->tile_rows < 1) d->tile_rows = 1;
@@ -404,7 +415,7 @@ void decoder_free(Decoder *d)
 
 /* ---- step phases ------------------------------------------------------------------------------------------ */
 
-/* Naive path, item = (segment, tensor, chunk of DECODE_BLOCK tokens): dequantize into the float32 copy. */
+/* Naive path, item = (segment, tensor, chunk of blk tokens): dequantize into the float32 copy. */
 static void naive_item(void *arg, size_t item, int tid)
 {
     Decoder *d = arg;
@@ -415,8 +426,8 @@ static void naive_item(void *arg, size_t item, int tid)
         item -= nt * sg->nb;
         sg = &d->seg[1];
     }
-    size_t T = sg->T, tensor = item / sg->nb, b = item % sg->nb, t0 = b * DECODE_BLOCK;
-    size_t n = T - t0 < DECODE_BLOCK ? T - t0 : DECODE_BLOCK;
+    size_t T = sg->T, tensor = item / sg->nb, b = item % sg->nb, t0 = b * d->blk;
+    size_t n = T - t0 < d->blk ? T - t0 : d->blk;
     const Side *sd = tensor < n_kv ? &sg->k : &sg->v;
     size_t i = tensor < n_kv ? tensor : tensor - n_kv;
     const StoreTensor *st = &sd->st[i];
@@ -426,7 +437,7 @@ static void naive_item(void *arg, size_t item, int tid)
         store_dequantize_rows_f32(dst, st, t0, n);
         return;
     }
-    float *C = d->lr[tid], *B = C + DECODE_BLOCK * R;   /* C (n, R), then B (R, D) */
+    float *C = d->lr[tid], *B = C + d->blk * R;   /* C (n, R), then B (R, D) */
     store_dequantize_rows_f32(C, st, t0, n);
     for (size_t k = 0; k < R * D; k++) B[k] = store_f16_to_f32(st->basis[k]);
     for (size_t t = 0; t < n; t++) {
@@ -467,20 +478,20 @@ static void prepare_query(Decoder *d, Seg *sg, size_t l, size_t qh, double *x, d
     for (size_t p = 0; p < W; p++) o[p] = (float)y[sd->perm[p]];
 }
 
-/* S[g*DECODE_BLOCK + i] = the scores of rows t0..t0+n of tensor lh for the G heads of qp: its slot, or (no slot)
+/* S[g*blk + i] = the scores of rows t0..t0+n of tensor lh for the G heads of qp: its slot, or (no slot)
  * small dequantized tiles through the f32 slot. */
 static void side_scores(const Decoder *d, const Side *sd, size_t lh, float *S, const float *qp, size_t t0, size_t n,
                         int tid)
 {
     if (sd->scores) {
-        sd->scores(S, DECODE_BLOCK, qp, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
+        sd->scores(S, d->blk, qp, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
         return;
     }
     for (size_t i = 0; i < n; i += d->tile_rows) {
         size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
         store_dequantize_rows_f32(d->tile[tid], &sd->rd[lh], t0 + i, nr);
         KRows tr = {.type = STORE_F32, .codes = (const uint8_t *)d->tile[tid], .row_bytes = 4 * sd->W, .W = sd->W};
-        d->ks->scores[STORE_F32](S + i, DECODE_BLOCK, qp, d->G, &tr, 0, nr, d->scr[tid]);
+        d->ks->scores[STORE_F32](S + i, d->blk, qp, d->G, &tr, 0, nr, d->scr[tid]);
     }
 }
 
@@ -489,14 +500,14 @@ static void side_vacc(const Decoder *d, const Side *sd, size_t lh, float *acc, c
                       int tid)
 {
     if (sd->vacc) {
-        sd->vacc(acc, S, DECODE_BLOCK, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
+        sd->vacc(acc, S, d->blk, d->G, &sd->rows[lh], t0, n, d->scr[tid]);
         return;
     }
     for (size_t i = 0; i < n; i += d->tile_rows) {
         size_t nr = n - i < d->tile_rows ? n - i : d->tile_rows;
         store_dequantize_rows_f32(d->tile[tid], &sd->rd[lh], t0 + i, nr);
         KRows tr = {.type = STORE_F32, .codes = (const uint8_t *)d->tile[tid], .row_bytes = 4 * sd->W, .W = sd->W};
-        d->ks->vacc[STORE_F32](acc, S + i, DECODE_BLOCK, d->G, &tr, 0, nr, d->scr[tid]);
+        d->ks->vacc[STORE_F32](acc, S + i, d->blk, d->G, &tr, 0, nr, d->scr[tid]);
     }
 }
 
@@ -507,7 +518,7 @@ static void block_item(void *arg, size_t item, int tid)
     Decoder *d = arg;
     size_t nb = d->nb, bb = item % nb, lh = item / nb, l = lh / d->c.Hkv, kvh = lh % d->c.Hkv, G = d->G;
     const Seg *sg = d->ns == 2 && bb >= d->seg[1].b0 ? &d->seg[1] : &d->seg[0];
-    size_t b = bb - sg->b0, t0 = b * DECODE_BLOCK, n = sg->T - t0 < DECODE_BLOCK ? sg->T - t0 : DECODE_BLOCK;
+    size_t b = bb - sg->b0, t0 = b * d->blk, n = sg->T - t0 < d->blk ? sg->T - t0 : d->blk;
     size_t WV = sg->v.W, SW = d->SW;
     float *S = d->S[tid], *acc = d->acc[tid];
     size_t q0 = l * d->Hq + kvh * G;
@@ -515,9 +526,9 @@ static void block_item(void *arg, size_t item, int tid)
     float m[256], lsum[256];
     for (size_t g0 = 0; g0 < G; g0 += 256) {
         size_t gn = G - g0 < 256 ? G - g0 : 256;
-        for (size_t g = 0; g < gn; g++) m[g] = d->ks->max(S + (g0 + g) * DECODE_BLOCK, n);
+        for (size_t g = 0; g < gn; g++) m[g] = d->ks->max(S + (g0 + g) * d->blk, n);
         if (d->mode == DECODE_FULL)
-            for (size_t g = 0; g < gn; g++) lsum[g] = d->ks->exp_sum(S + (g0 + g) * DECODE_BLOCK, n, m[g]);
+            for (size_t g = 0; g < gn; g++) lsum[g] = d->ks->exp_sum(S + (g0 + g) * d->blk, n, m[g]);
         for (size_t g = 0; g < gn; g++) {
             float *slot = d->slots + ((q0 + g0 + g) * nb + bb) * SW;
             slot[0] = m[g];

@@ -70,7 +70,7 @@
 
 #include <stddef.h>
 
-#define DECODE_BLOCK 2048     /* tokens per work item */
+#define DECODE_BLOCK 8192     /* tokens per work item (decoder_create's default; decode_set_block) */
 #define DECODE_TOL 1e-5       /* relative error bound of a step's output vs. double precision */
 
 typedef enum DecodeImpl {
@@ -99,6 +99,9 @@ typedef struct Decoder Decoder;
 /* Checks the cache (every tensor (T, D), Hq a positive multiple of Hkv, threads in 1..1024) and starts
  * the threads. Returns NULL with kvc_fail set on bad input. */
 Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl);
+/* The tokens per work item of the decoders created after this call: a multiple of 64 from 64 to 65536, or 0 for
+ * DECODE_BLOCK (tests run the merge of many blocks at small T with it). Not thread-safe; returns the previous value. */
+size_t decode_set_block(size_t tokens);
 /* q is (L, Hq, D), out is (L, Hq, D), both row-major float. */
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
 void decoder_free(Decoder *d);   /* NULL-safe */
