@@ -1181,6 +1181,8 @@ int main(void)
         run_case(dflt[i], dflt[i], 1, 2, 4, DECODE_BLOCK + 1, 128, 1);
         run_case(dflt[i], dflt[i], 1, 1, 1, 2 * DECODE_BLOCK + 100, 128, 1);
     }
+    /* 600 query heads on one KV head: the block halved (600 x 8192 floats of scores would pass 2^22), T crossing it */
+    run_case("f16", "int8", 1, 1, 600, DECODE_BLOCK / 2 + 5, 16, 1);
     /* the rest with blocks of 2048 tokens, so that these T cross block boundaries (and the merge of many blocks,
      * their order and thread count run) at a small cost */
     decode_set_block(2048);

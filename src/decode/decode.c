@@ -291,6 +291,7 @@ static void seg_free(Seg *sg)
 }
 
 static size_t block_tokens = DECODE_BLOCK;   /* decode_set_block */
+enum { DECODE_SCORES_MAX = 1 << 22 };       /* floats of a thread's scores (G x blk), at most (blk >= 64) */
 
 size_t decode_set_block(size_t tokens)
 {
@@ -349,7 +350,8 @@ Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl
     d->c = *c;
     d->Hq = Hq;
     d->G = Hq / c->Hkv;
-    d->blk = block_tokens;
+    d->blk = block_tokens;   /* halved while a thread's scores (G x blk floats) would pass 16 MiB: large G */
+    while (d->blk > 64 && d->G * d->blk > DECODE_SCORES_MAX) d->blk /= 2;
     d->impl = impl;
     d->keys_only = c->V == NULL;
     d->ks = ks;

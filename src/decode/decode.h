@@ -31,7 +31,8 @@
  *     form with m = -2^(b-1) s. Any other stored format (intN with 3 / 5 / 6 / 7 bits, other group sizes,
  *     W % 8 != 0, low-rank intN coefficients) is decoded through small tiles of up to 256 rows dequantized with
  *     store_dequantize_rows_f32 and the f32 kernels (correct, not fused).
- * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens); each item computes the
+ * Work is split into fixed items (layer, KV head, block of DECODE_BLOCK tokens, halved down to 64 while G x the block
+ * passes 2^22 floats of a thread's scores); each item computes the
  * block's scores, its max m_b, p = exp(s - m_b), l_b = sum p and acc_b = sum p v in float32, written to its
  * own slot. Blocks are merged in block order in double: out = sum_b e^(m_b - m) acc_b / sum_b e^(m_b - m) l_b.
  * The partition does not depend on the thread count, so the output is bit-identical for any --threads.
@@ -70,7 +71,7 @@
 
 #include <stddef.h>
 
-#define DECODE_BLOCK 8192     /* tokens per work item (decoder_create's default; decode_set_block) */
+#define DECODE_BLOCK 8192     /* tokens per work item (decoder_create's default, halved for G > 512; decode_set_block) */
 #define DECODE_TOL 1e-5       /* relative error bound of a step's output vs. double precision */
 
 typedef enum DecodeImpl {
@@ -99,8 +100,9 @@ typedef struct Decoder Decoder;
 /* Checks the cache (every tensor (T, D), Hq a positive multiple of Hkv, threads in 1..1024) and starts
  * the threads. Returns NULL with kvc_fail set on bad input. */
 Decoder *decoder_create(const DecodeCache *c, size_t Hq, int threads, DecodeImpl impl);
-/* The tokens per work item of the decoders created after this call: a multiple of 64 from 64 to 65536, or 0 for
- * DECODE_BLOCK (tests run the merge of many blocks at small T with it). Not thread-safe; returns the previous value. */
+/* The tokens per work item of the decoders created after this call: a multiple of 64 from 64 to 65536; any other
+ * value (0 included) restores DECODE_BLOCK. For tests, which run the merge of many blocks at small T with it. Not
+ * thread-safe; returns the previous value. */
 size_t decode_set_block(size_t tokens);
 /* q is (L, Hq, D), out is (L, Hq, D), both row-major float. */
 void decoder_step(Decoder *d, float *out, const float *q, DecodeMode mode);
