@@ -453,7 +453,8 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
         printf("%s %d thread%s %.2f / %.2f GB/s", k ? ";" : "", o->threads[k], o->threads[k] > 1 ? "s" : "", bw_med[k],
                bw_max[k]);
     printf("\n");
-    printf("# accumulators: float32 products and sums per %d-token block, blocks merged in double; rel_err = "
+    printf("# accumulators: float32 products and sums per %d-token block (halved above 512 query heads per KV head), blocks\n"
+           "#   merged in double; rel_err = "
            "||out - ref|| / ||ref||,\n#   ref = attention in double over the dequantized cache; ok: rel_err < %g.\n"
            "# %%bw = (bytes / median ms) / the row's floor: bytes / the median time of a plain read of the cache's own "
            "bytes on the\n#   row's threads, after the same eviction as a step (%d reads right before its steps, %d "
