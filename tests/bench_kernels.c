@@ -57,10 +57,7 @@ int main(int argc, char **argv)
     const double gbps = (double)nf * sizeof *buf / median(sec, 5) / 1e9;
     free(buf);
     printf("# bench_kernels (tests/bench_kernels.c): kernel set %s%s%s%s; W = %d columns; one thread\n", ks->name,
-           decode_amx_values() ? " with VNNI integer keys (AMX tiles: int8 keys of 2-8 heads, int4 of 5-8; int8 and int4 values of 2-8)"
-           : decode_amx()    ? " with VNNI integer keys (int8 keys of 2-8 heads, int4 of 5-8: AMX tiles)"
-           : decode_vnni() ? " with VNNI integer keys"
-                           : "",
+           decode_kernels_note(),
            decode_tune()[0] ? ", tuned for " : "", decode_tune(), W);
     printf("# read bandwidth %.2f GB/s (median of 5 reads of %zu MiB); floor = row bytes / bandwidth\n", gbps, mib);
     printf("# ns per cached row: L2 = rows in L2 (the kernel's work), mem = a %zu MiB cache streamed once per pass;\n"

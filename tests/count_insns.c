@@ -248,10 +248,7 @@ int main(int argc, char **argv)
     printf("# count_insns (tests/count_insns.c): instructions per cached row, single-stepped (ptrace), (count(%d rows)"
            " - count(%d rows)) / %d; kernel set %s%s%s%s; W = %d columns\n",
            N2, N1, N2 - N1, ks->name,
-           decode_amx_values() ? " with VNNI integer keys (AMX tiles: int8 keys of 2-8 heads, int4 of 5-8; int8 and int4 values of 2-8)"
-           : decode_amx()    ? " with VNNI integer keys (int8 keys of 2-8 heads, int4 of 5-8: AMX tiles)"
-           : decode_vnni() ? " with VNNI integer keys"
-                           : "",
+           decode_kernels_note(),
            decode_tune()[0] ? ", tuned for " : "", decode_tune(), W);
     printf("%-6s %3s %-4s %8s", "format", "G", "side", "total");
     for (int i = 0; i < NCLASS; i++) printf(" %7s", cname[i]);

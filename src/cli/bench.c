@@ -396,6 +396,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     if (decode_tune()[0]) cJSON_AddStringToObject(m, "tune", decode_tune());
     cJSON_AddBoolToObject(m, "amx_keys", decode_amx());
     cJSON_AddBoolToObject(m, "amx_values", decode_amx_values());
+    cJSON_AddBoolToObject(m, "amx_e4m3_keys", decode_amx_e4m3());
     cJSON *p = cJSON_AddObjectToObject(run, "plan");
     cJSON_AddNumberToObject(p, "layers", (double)o->L);
     cJSON_AddNumberToObject(p, "kv_heads", (double)o->Hkv);
@@ -435,10 +436,7 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("# cpu:      %s, %ld logical CPUs; caches (cpu0): %s\n", model, bench_cpu_count(), cache);
     printf("# isa:      %s; fused kernels: %s%s%s%s%s (runtime dispatch; src/decode/kernels*_avx2.c built with "
            "-mavx2 -mfma -mf16c)\n", isa, decode_isa(),
-           decode_amx_values() ? " with VNNI integer keys (AMX tiles: int8 keys of 2-8 heads, int4 of 5-8; int8 and int4 values of 2-8)"
-           : decode_amx()    ? " with VNNI integer keys (int8 keys of 2-8 heads, int4 of 5-8: AMX tiles)"
-           : decode_vnni() ? " with VNNI integer keys"
-                           : "",
+           decode_kernels_note(),
            decode_tune()[0] ? ", tuned for " : "", decode_tune(), decode_tune()[0] ? " (KVC_TUNE)" : "");
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "

@@ -27,10 +27,11 @@ int cmd_version(void)
     printf("compiler: %s\n", prov_compiler());
     printf("flags:    %s\n", prov_build_flags());
     printf("blas:     %s (core %s)\n", prov_blas(), prov_blas_core());
-    printf("kernels:  %s (decode kernels chosen at run time for this CPU: avx512, avx2 or scalar%s)\n", decode_isa(),
+    printf("kernels:  %s (decode kernels chosen at run time for this CPU: avx512, avx2 or scalar%s%s)\n", decode_isa(),
            decode_amx_values() ? "; int8 / int4 keys and values of several query heads on AMX tiles"
            : decode_amx()      ? "; int8 / int4 keys of several query heads on AMX tiles"
-                               : "");
+                               : "",
+           decode_amx_e4m3() ? "; e4m3 keys of several query heads on AMX-BF16 tiles" : "");
     return EXIT_OK;
 }
 

@@ -129,7 +129,8 @@ enum { DECODE_CPU_AVX2 = 1, DECODE_CPU_FMA = 2, DECODE_CPU_F16C = 4, DECODE_CPU_
        DECODE_CPU_AMD = 128,    /* the vendor: the AVX-512 sets' tuning (kernels.h) */
        DECODE_CPU_AMD_F19 = 256, /* AMD family 19h (with AVX-512: Zen 4) */
        DECODE_CPU_AMX_INT8 = 512, /* AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0 bits 17, 18) */
-       DECODE_CPU_AVX512VBMI = 1024 };
+       DECODE_CPU_AVX512VBMI = 1024,
+       DECODE_CPU_AMX_BF16 = 2048 /* AMX-TILE and AMX-BF16, the tile state enabled by the OS */ };
 unsigned decode_cpu_features(void);
 
 /* The kernel set DECODE_FUSED uses on this machine: "avx512", "avx2" or "scalar". */
@@ -143,6 +144,11 @@ int decode_amx(void);
 /* 1 when decode_amx and the CPU also reports AVX512-VBMI: the int8 and int4 value slots then take 2 to 8 heads (D %
  * 128 == 0, D <= 512) as AMX tile products too, each head's sums the one-head integer kernel's, bit for bit. */
 int decode_amx_values(void);
+/* 1 when that set is "avx512" and the CPU reports AMX-BF16 and AVX512-VBMI (AMX granted, not KVC_ISA=avx512-noamx):
+ * its E4M3 key slot then takes 2 to 8 query heads per KV head (D 64 or 128) as BF16 tile products. */
+int decode_amx_e4m3(void);
+/* What the fused set adds to its name, for headers: " with VNNI integer keys (AMX tiles: ...)", or "". */
+const char *decode_kernels_note(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */
 const char *decode_tune(void);
 /* The read-bandwidth probe of kvc bench: after one untimed pass, reads the n floats of x `repeat` times
