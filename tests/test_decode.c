@@ -492,6 +492,11 @@ static void kivi_tests(void)
         run_kivi(bits[b], 0, 1, 1, 2, 300, 256, 5, "f16", 0);   /* one group per column / row */
         run_kivi(bits[b], 32, 1, 1, 1, 1, 64, 0, "", 0);        /* T = 1 */
     }
+    /* 4-bit keys of 3, 6 and 8 heads at D = 128: two head groups (G = 6, 8), groups of 48 tokens (tiles cut at group
+     * ends) and of 64 */
+    run_kivi(4, 32, 1, 1, 8, 300, 128, 0, "", 0);
+    run_kivi(4, 48, 1, 2, 3, 2100, 128, 0, "", 1);
+    run_kivi(4, 64, 1, 1, 6, 333, 128, 5, "f16", 0);
     /* a group crossing the block boundary (2048 % 48 != 0), D = 256, G = 9 */
     run_kivi(4, 48, 1, 1, 9, 2200, 256, 0, "", 1);
     run_kivi(2, 16, 1, 2, 2, 4097, 64, 3, "f16", 1);
