@@ -874,6 +874,17 @@ static double e4m3_value(uint8_t b)
     return b & 0x80 ? -v : v;
 }
 
+/* T rows of W E4M3 codes running through every code but the two NaNs (both signs, subnormals, the largest). */
+static uint8_t *e4m3_codes(size_t T, size_t W)
+{
+    uint8_t *codes = xmalloc(T * W);
+    for (size_t i = 0; i < T * W; i++) {
+        const uint8_t b = (uint8_t)(i * 37 + i / 256);
+        codes[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
+    }
+    return codes;
+}
+
 /* The AVX-512 set's E4M3 kernels read each code as float32 bits (2^-120 of its value) and lift the query or the
  * weights by 2^112 instead (tunings other than INTEL), or read it as FP16 (INTEL: e4m3_f16, where float32
  * subnormals cost microcode assists): rows holding every code but the two NaNs (subnormals, both signs, the
@@ -896,11 +907,7 @@ static void e4m3_lift_tests(void)
         double worst[2] = {0, 0};
         for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
             const size_t W = Ws[wi];
-            uint8_t *codes = xmalloc(T * W);
-            for (size_t i = 0; i < T * W; i++) {
-                uint8_t b = (uint8_t)(i * 37 + i / 256);
-                codes[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
-            }
+            uint8_t *codes = e4m3_codes(T, W);
             const KRows k = {.type = STORE_E4M3, .codes = codes, .row_bytes = W, .W = W};
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
                 const size_t G = Gs[gi];
@@ -985,11 +992,7 @@ static void amx_e4m3_tests(void)
     size_t cases = 0;
     for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
         const size_t W = Ws[wi];
-        uint8_t *codes = xmalloc(T * W);
-        for (size_t i = 0; i < T * W; i++) {
-            uint8_t b = (uint8_t)(i * 37 + i / 256);
-            codes[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
-        }
+        uint8_t *codes = e4m3_codes(T, W);
         const KRows k = {.type = STORE_E4M3, .codes = codes, .row_bytes = W, .W = W};
         for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
             const size_t G = Gs[gi];

@@ -1043,26 +1043,33 @@ typedef struct {
 #define AMX_FN static __attribute__((noinline, target("avx512vnni,amx-tile,amx-int8")))
 #define AMX_INLINE static inline __attribute__((always_inline, target("avx512vnni,amx-tile,amx-int8")))
 
-/* The C sums of 16 rows for four heads (cb: 16 rows of 16 int32, column 4 h + e) -> the scores of heads 0..gh-1 at
- * s + h ls (mk: the rows to store; sc: the token scales). */
-INLINE void amx_post(const int32_t *cb, float *s, size_t ls, const float *sq, size_t gh, int scaled, __m512 sc,
-                     __mmask16 mk)
+/* 16 rows of four heads' four sums (r[i]: head h's in 128-bit lane h) -> o[h]: the 16 rows of head h, each (sum 0 +
+ * sum 1) + (sum 2 + sum 3): one shuffle tree (amx_post, amxb_post). */
+INLINE void lane_sums(const __m512 r[16], __m512 o[4])
 {
-    const __m512 wv = _mm512_setr_ps(65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f,
-                                     1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f);
     __m512 P[8], Q[4];
-    UNROLL for (int i = 0; i < 8; i++) {   /* rows 2i, 2i + 1: [D0 65536 + D1 256, D2, same of the next row] per head */
-        const __m512 a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 32 * i))), wv);
-        const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 32 * i + 16))), wv);
-        P[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-    }
+    UNROLL for (int i = 0; i < 8; i++)   /* rows 2i, 2i + 1: [sum 0 + sum 1, sum 2 + sum 3, same of the next row] */
+        P[i] = _mm512_add_ps(_mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     UNROLL for (int k = 0; k < 4; k++)   /* rows 4k..4k+3 of each head: its 128-bit lane */
         Q[k] = _mm512_add_ps(_mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512 t0 = _mm512_shuffle_f32x4(Q[0], Q[1], 0x44), t1 = _mm512_shuffle_f32x4(Q[0], Q[1], 0xEE);
     const __m512 t2 = _mm512_shuffle_f32x4(Q[2], Q[3], 0x44), t3 = _mm512_shuffle_f32x4(Q[2], Q[3], 0xEE);
-    const __m512 o[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
-                         _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+    o[0] = _mm512_shuffle_f32x4(t0, t2, 0x88), o[1] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
+    o[2] = _mm512_shuffle_f32x4(t1, t3, 0x88), o[3] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
+}
+
+/* The C sums of 16 rows for four heads (cb: 16 rows of 16 int32, column 4 h + e) -> the scores of heads 0..gh-1 at
+ * s + h ls (mk: the rows to store; sc: the token scales): per head D0 65536 + D1 256 + D2 (lane_sums). */
+INLINE void amx_post(const int32_t *cb, float *s, size_t ls, const float *sq, size_t gh, int scaled, __m512 sc,
+                     __mmask16 mk)
+{
+    const __m512 wv = _mm512_setr_ps(65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f, 65536.0f, 256.0f,
+                                     1.0f, 0.0f, 65536.0f, 256.0f, 1.0f, 0.0f);
+    __m512 r[16], o[4];
+    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 16 * i))), wv);
+    lane_sums(r, o);
     UNROLL for (int h = 0; h < 4; h++) {
         if ((size_t)h >= gh) break;
         __m512 v = _mm512_mul_ps(o[h], _mm512_set1_ps(sq[h]));
@@ -1797,21 +1804,13 @@ INLINE size_t amxb_kcol(size_t P)
     return P - o + 16 * (o % 32 / 8) + 8 * (o / 32) + o % 8;
 }
 
-/* C of 16 rows (cb: row i at cb + 16 i, column 4 h + e) -> heads 0..gh-1's scores at s + h ls (mk: the rows). */
+/* C of 16 rows (cb: row i at cb + 16 i, column 4 h + e) -> heads 0..gh-1's scores at s + h ls (mk: the rows): per
+ * head (mid + lo) + (hi + 0) (lane_sums). */
 INLINE void amxb_post(const float *cb, float *s, size_t ls, size_t gh, __mmask16 mk)
 {
-    __m512 P[8], Q[4];
-    UNROLL for (int i = 0; i < 8; i++) {   /* rows 2i, 2i + 1: [mid + lo, hi + 0, same of the next row] per head */
-        const __m512 a = _mm512_load_ps(cb + 32 * i), b = _mm512_load_ps(cb + 32 * i + 16);
-        P[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-    }
-    UNROLL for (int k = 0; k < 4; k++)   /* rows 4k..4k+3 of each head: its 128-bit lane */
-        Q[k] = _mm512_add_ps(_mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(P[2 * k], P[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 t0 = _mm512_shuffle_f32x4(Q[0], Q[1], 0x44), t1 = _mm512_shuffle_f32x4(Q[0], Q[1], 0xEE);
-    const __m512 t2 = _mm512_shuffle_f32x4(Q[2], Q[3], 0x44), t3 = _mm512_shuffle_f32x4(Q[2], Q[3], 0xEE);
-    const __m512 o[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
-                         _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+    __m512 r[16], o[4];
+    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(cb + 16 * i);
+    lane_sums(r, o);
     UNROLL for (int h = 0; h < 4; h++) {
         if ((size_t)h >= gh) break;
         _mm512_mask_storeu_ps(s + (size_t)h * ls, mk, o[h]);
