@@ -896,7 +896,7 @@ static void e4m3_lift_tests(void)
 {
     const KernelSet *x5 = decode_kernels_avx512(0), *x2 = decode_kernels_avx2();
     if (!x5 || !x2) return;
-    const int was = decode_avx512_tune(), amx_was = decode_avx512_amx_set(0);   /* the float32 kernels (amx_e4m3_tests) */
+    const int was = decode_avx512_tune(), amx_was = decode_avx512_amx_set(0);   /* the float32 kernels (amx_bf16_tests) */
     for (int rd = 0; rd < 2; rd++) {   /* 0: the lifted float32 reading (ZEN4), 1: FP16 (INTEL) */
         decode_avx512_tune_set(rd ? DECODE_TUNE_INTEL : DECODE_TUNE_ZEN4);
         const char *rname = rd ? "fp16" : "lift";
@@ -971,76 +971,102 @@ static void e4m3_lift_tests(void)
     decode_avx512_amx_set(amx_was);
 }
 
-/* The AVX-512 sets' E4M3 key slot on AMX-BF16 tiles (2 to 8 heads, W 64 / 128; kernels_avx512.c, amxb_scores): rows
- * holding every code but the two NaNs, n = 1 .. 90 rows from t0 = 3 (tiles of 16 and a part), G = 2 .. 8 (one and two
- * head groups), against double over the codes' values (times 256, the raw_scale) within 1e-6 of sum |products|;
- * with AMX off (the float32 kernels) within the same bound. A query with an element of 1e31 (above 2^100), a NaN, or
- * whose largest element is 2^-100 (below 2^-90) takes the float32 kernels: their bits. One head, W 96 and 9 heads
- * keep the float32 kernels too. */
-static void amx_e4m3_tests(void)
+/* A BF16 code's value. */
+static double bf16_value(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The AVX-512 sets' E4M3 and BF16 key slots on AMX-BF16 tiles (2 to 8 heads, W 64 / 128; kernels_avx512.c,
+ * amxb_scores): E4M3 rows holding every code but the two NaNs, BF16 rows of normal draws (magnitudes 2^-30 .. 2^30),
+ * n = 1 .. 90 rows from t0 = 3 (tiles of 16 and a part), G = 2 .. 8 (one and two head groups), against double over
+ * the codes' values (E4M3: times 256, the raw_scale) within 1e-6 of sum |products|; with AMX off (the float32
+ * kernels) within the same bound. A query with an element of 1e31 (above 2^100), a NaN, or whose largest element is
+ * 2^-100 (below 2^-90) takes the float32 kernels: their bits. One head, W 96 and 9 heads keep the float32 kernels
+ * too. */
+static void amx_bf16_tests(void)
 {
     const KernelSet *x5 = decode_kernels_avx512(0);
     if (!x5 || !decode_avx512_amx_bf16()) {
-        printf("# e4m3 keys on AMX-BF16 tiles: not on this CPU (or KVC_ISA=avx512-noamx), skipped\n");
+        printf("# e4m3 / bf16 keys on AMX-BF16 tiles: not on this CPU (or KVC_ISA=avx512-noamx), skipped\n");
         return;
     }
     static const size_t Ws[] = {64, 128, 96}, Gs[] = {2, 3, 4, 5, 7, 8, 1, 9}, ns[] = {90, 1, 16, 17, 33};
     const size_t T = 100, t0 = 3;
     rng r;
     rng_seed_u64(&r, 23);
-    double worst = 0;
-    size_t cases = 0;
-    for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
-        const size_t W = Ws[wi];
-        uint8_t *codes = e4m3_codes(T, W);
-        const KRows k = {.type = STORE_E4M3, .codes = codes, .row_bytes = W, .W = W};
-        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
-            const size_t G = Gs[gi];
-            float *q = xmalloc(G * W * sizeof *q), *sa = xmalloc(G * T * sizeof *sa), *sf = xmalloc(G * T * sizeof *sf);
-            float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-                const size_t n = ns[ni];
-                for (int kind = 0; kind < 4; kind++) {   /* 0 plain, 1 an element 1e31, 2 a NaN, 3 all below 2^-90 */
-                    for (size_t i = 0; i < G * W; i++) q[i] = (float)(3.0 * rng_standard_normal(&r));
-                    if (kind == 1) q[G * W / 2 + 1] = 1e31f;
-                    if (kind == 2) q[G * W - 5] = NAN;
-                    if (kind == 3)
-                        for (size_t i = 0; i < G * W; i++) q[i] = ldexpf(q[i] / 16.0f, -100);
-                    memset(sa, 0, G * T * sizeof *sa), memset(sf, 0, G * T * sizeof *sf);
-                    x5->scores[STORE_E4M3](sa, T, q, G, &k, t0, n, scr);
-                    decode_avx512_amx_set(0);
-                    x5->scores[STORE_E4M3](sf, T, q, G, &k, t0, n, scr);
-                    decode_avx512_amx_set(1);
-                    char name[96];
-                    if (kind || G == 1 || G > 8 || W == 96) {   /* the float32 kernels either way */
-                        snprintf(name, sizeof name, "decode-avx512-e4m3-amx-falls-back-W%zu-G%zu-n%zu-%s", W, G, n,
-                                 kind == 1 ? "1e31" : kind == 2 ? "nan" : kind == 3 ? "tiny" : "shape");
-                        check(memcmp(sa, sf, G * T * sizeof *sa) == 0, name, "scores differ from the float32 kernels'");
-                        continue;
-                    }
-                    double e[2] = {0, 0};
-                    for (size_t g = 0; g < G; g++)
-                        for (size_t i = 0; i < n; i++) {
-                            double ref = 0, mag = 0;
-                            for (size_t j = 0; j < W; j++) {
-                                const double pj = (double)q[g * W + j] * e4m3_value(codes[(t0 + i) * W + j]);
-                                ref += pj, mag += fabs(pj);
-                            }
-                            const double da = fabs(256.0 * sa[g * T + i] - ref) / mag, df = fabs(256.0 * sf[g * T + i] - ref) / mag;
-                            if (!(da <= e[0])) e[0] = da;
-                            if (!(df <= e[1])) e[1] = df;
-                        }
-                    snprintf(name, sizeof name, "decode-avx512-e4m3-amx-W%zu-G%zu-n%zu", W, G, n);
-                    check(e[0] < 1e-6 && e[1] < 1e-6, name, "AMX %.3g, float32 %.3g of sum |products|", e[0], e[1]);
-                    if (e[0] > worst) worst = e[0];
-                    cases++;
+    for (int bf = 0; bf < 2; bf++) {
+        const StoreType type = bf ? STORE_BF16 : STORE_E4M3;
+        const double unit = bf ? 1.0 : 256.0;
+        double worst = 0;
+        size_t cases = 0;
+        for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++) {
+            const size_t W = Ws[wi];
+            uint8_t *codes = bf ? xmalloc(T * W * 2) : e4m3_codes(T, W);
+            if (bf)
+                for (size_t i = 0; i < T * W; i++) {
+                    const float f = (float)ldexp(rng_standard_normal(&r), (int)(i % 61) - 30);
+                    uint32_t u;
+                    memcpy(&u, &f, sizeof u);
+                    const uint16_t h = (uint16_t)(u >> 16);
+                    memcpy(codes + 2 * i, &h, 2);
                 }
+            const KRows k = {.type = type, .codes = codes, .row_bytes = bf ? 2 * W : W, .W = W};
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
+                const size_t G = Gs[gi];
+                float *q = xmalloc(G * W * sizeof *q), *sa = xmalloc(G * T * sizeof *sa), *sf = xmalloc(G * T * sizeof *sf);
+                float *scr = xmalloc(DECODE_SCRATCH(G, W) * sizeof *scr);
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const size_t n = ns[ni];
+                    for (int kind = 0; kind < 4; kind++) {   /* 0 plain, 1 an element 1e31, 2 a NaN, 3 all below 2^-90 */
+                        for (size_t i = 0; i < G * W; i++) q[i] = (float)(3.0 * rng_standard_normal(&r));
+                        if (kind == 1) q[G * W / 2 + 1] = 1e31f;
+                        if (kind == 2) q[G * W - 5] = NAN;
+                        if (kind == 3)
+                            for (size_t i = 0; i < G * W; i++) q[i] = ldexpf(q[i] / 16.0f, -100);
+                        memset(sa, 0, G * T * sizeof *sa), memset(sf, 0, G * T * sizeof *sf);
+                        x5->scores[type](sa, T, q, G, &k, t0, n, scr);
+                        decode_avx512_amx_set(0);
+                        x5->scores[type](sf, T, q, G, &k, t0, n, scr);
+                        decode_avx512_amx_set(1);
+                        char name[96];
+                        if (kind || G == 1 || G > 8 || W == 96) {   /* the float32 kernels either way */
+                            snprintf(name, sizeof name, "decode-avx512-%s-amx-falls-back-W%zu-G%zu-n%zu-%s", bf ? "bf16" : "e4m3",
+                                     W, G, n, kind == 1 ? "1e31" : kind == 2 ? "nan" : kind == 3 ? "tiny" : "shape");
+                            check(memcmp(sa, sf, G * T * sizeof *sa) == 0, name, "scores differ from the float32 kernels'");
+                            continue;
+                        }
+                        double e[2] = {0, 0};
+                        for (size_t g = 0; g < G; g++)
+                            for (size_t i = 0; i < n; i++) {
+                                double ref = 0, mag = 0;
+                                for (size_t j = 0; j < W; j++) {
+                                    const size_t c = (t0 + i) * W + j;
+                                    uint16_t h;
+                                    if (bf) memcpy(&h, codes + 2 * c, 2);
+                                    const double pj = (double)q[g * W + j] * (bf ? bf16_value(h) : e4m3_value(codes[c]));
+                                    ref += pj, mag += fabs(pj);
+                                }
+                                const double da = fabs(unit * sa[g * T + i] - ref) / mag, df = fabs(unit * sf[g * T + i] - ref) / mag;
+                                if (!(da <= e[0])) e[0] = da;
+                                if (!(df <= e[1])) e[1] = df;
+                            }
+                        snprintf(name, sizeof name, "decode-avx512-%s-amx-W%zu-G%zu-n%zu", bf ? "bf16" : "e4m3", W, G, n);
+                        check(e[0] < 1e-6 && e[1] < 1e-6, name, "AMX %.3g, float32 %.3g of sum |products|", e[0], e[1]);
+                        if (e[0] > worst) worst = e[0];
+                        cases++;
+                    }
+                }
+                free(q), free(sa), free(sf), free(scr);
             }
-            free(q), free(sa), free(sf), free(scr);
+            free(codes);
         }
-        free(codes);
+        printf("# avx512 %s keys on AMX-BF16 tiles vs double, %zu cases: %.2g of sum |products|\n", bf ? "bf16" : "e4m3",
+               cases, worst);
     }
-    printf("# avx512 e4m3 keys on AMX-BF16 tiles vs double, every code, %zu cases: %.2g of sum |products|\n", cases, worst);
 }
 
 /* The rounded-query sets (decode_kernels_avx512_rounded: 2 digits, an int16 query; 1 digit, an int8 query) on the
@@ -1413,7 +1439,7 @@ int main(void)
     vnni_value_tests();
     vnni_nan_tests();
     e4m3_lift_tests();
-    amx_e4m3_tests();
+    amx_bf16_tests();
     rounded_score_tests();
     rounded_step_tests();
     elem_tests();

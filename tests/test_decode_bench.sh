@@ -164,7 +164,7 @@ elif grep -q "tuned for" "$tmp/tune.txt"; then
 else
     ok bench-tune-none-on-avx2
 fi
-# machine.amx_keys / amx_values / amx_e4m3_keys say whether the AMX key / value kernels run: false with
+# machine.amx_keys / amx_values / amx_bf16_keys say whether the AMX key / value kernels run: false with
 # KVC_ISA=avx512-noamx or avx2, whatever the CPU (values never without keys);
 # where it is true, the isa line says so too.
 for isa in avx512-noamx avx2 ""; do
@@ -176,11 +176,11 @@ for isa in avx512-noamx avx2 ""; do
         bad "$name" "exit $rc: $(head -c 300 "$tmp/err")"
     elif [ -n "$isa" ]; then
         grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*false' "$tmp/amx.json" &&
-            grep -q '"amx_e4m3_keys":[[:space:]]*false' "$tmp/amx.json" &&
+            grep -q '"amx_bf16_keys":[[:space:]]*false' "$tmp/amx.json" &&
             ok "$name" || bad "$name" "$(grep -o '"amx_[a-z0-9_]*":[^,]*' "$tmp/amx.json" | tr '\n' ' ')"
     else   # values on AMX only where the keys are
         grep -q '"amx_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*\(true\|false\)' "$tmp/amx.json" &&
-            grep -q '"amx_e4m3_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" &&
+            grep -q '"amx_bf16_keys":[[:space:]]*\(true\|false\)' "$tmp/amx.json" &&
             ! { grep -q '"amx_keys":[[:space:]]*false' "$tmp/amx.json" && grep -q '"amx_values":[[:space:]]*true' "$tmp/amx.json"; } &&
             ok "$name" || bad "$name" "$(grep -o '"amx_[a-z0-9_]*":[^,]*' "$tmp/amx.json" | tr '\n' ' ')"
     fi
@@ -205,9 +205,9 @@ for isa in "" avx512-noamx; do
         bad "$name" "$(grep -o '"rel_err":[^,]*' "$tmp/e4.json" | tr '\n' ' ')"
     fi
 done
-if grep -q '"amx_e4m3_keys":[[:space:]]*true' "$tmp/amx.json"; then
+if grep -q '"amx_bf16_keys":[[:space:]]*true' "$tmp/amx.json"; then
     "$KVC" bench --tokens 300 --kv-heads 2 --q-heads 4 --head-dim 64 --formats e4m3 --threads 1 --repeat 2 --naive-repeat 0 \
         --bw-mib 4 --evict-mib 4 >"$tmp/amx.txt" 2>"$tmp/err"
-    grep -q '^# isa: .*e4m3 .*in BF16' "$tmp/amx.txt" && ok bench-amx-e4m3-isa-line || bad bench-amx-e4m3-isa-line "$(grep 'isa:' "$tmp/amx.txt")"
+    grep -q '^# isa: .*e4m3 and bf16 .*in BF16' "$tmp/amx.txt" && ok bench-amx-e4m3-isa-line || bad bench-amx-e4m3-isa-line "$(grep 'isa:' "$tmp/amx.txt")"
 fi
 exit $fail

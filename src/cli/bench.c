@@ -396,7 +396,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     if (decode_tune()[0]) cJSON_AddStringToObject(m, "tune", decode_tune());
     cJSON_AddBoolToObject(m, "amx_keys", decode_amx());
     cJSON_AddBoolToObject(m, "amx_values", decode_amx_values());
-    cJSON_AddBoolToObject(m, "amx_e4m3_keys", decode_amx_e4m3());
+    cJSON_AddBoolToObject(m, "amx_bf16_keys", decode_amx_bf16());
     cJSON *p = cJSON_AddObjectToObject(run, "plan");
     cJSON_AddNumberToObject(p, "layers", (double)o->L);
     cJSON_AddNumberToObject(p, "kv_heads", (double)o->Hkv);

@@ -31,7 +31,7 @@ int cmd_version(void)
            decode_amx_values() ? "; int8 / int4 keys and values of several query heads on AMX tiles"
            : decode_amx()      ? "; int8 / int4 keys of several query heads on AMX tiles"
                                : "",
-           decode_amx_e4m3() ? "; e4m3 keys of several query heads on AMX-BF16 tiles" : "");
+           decode_amx_bf16() ? "; e4m3 and bf16 keys of several query heads on AMX-BF16 tiles" : "");
     return EXIT_OK;
 }
 

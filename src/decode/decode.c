@@ -149,16 +149,16 @@ int decode_vnni(void)
 
 int decode_amx(void) { return decode_vnni() && decode_avx512_amx(); }
 int decode_amx_values(void) { return decode_amx() && (decode_cpu_features() & DECODE_CPU_AVX512VBMI) != 0; }
-int decode_amx_e4m3(void) { return !strcmp(fused_kernels()->name, "avx512") && decode_avx512_amx_bf16(); }
+int decode_amx_bf16(void) { return !strcmp(fused_kernels()->name, "avx512") && decode_avx512_amx_bf16(); }
 
 const char *decode_kernels_note(void)
 {
     static char note[192];
-    const int ik = decode_amx(), e4 = decode_amx_e4m3(), iv = decode_amx_values();
+    const int ik = decode_amx(), e4 = decode_amx_bf16(), iv = decode_amx_values();
     char tiles[160] = "";
     if (ik || e4)
         snprintf(tiles, sizeof tiles, " (AMX tiles: %s%s%s)", ik ? "int8 keys of 2-8 heads, int4 of 5-8" : "",
-                 ik && e4 ? ", e4m3 of 2-8 in BF16" : e4 ? "e4m3 keys of 2-8 heads in BF16" : "",
+                 ik && e4 ? ", e4m3 and bf16 of 2-8 in BF16" : e4 ? "e4m3 and bf16 keys of 2-8 heads in BF16" : "",
                  iv ? "; int8 and int4 values of 2-8" : "");
     snprintf(note, sizeof note, "%s%s", decode_vnni() ? " with VNNI integer keys" : "", tiles);
     return note;

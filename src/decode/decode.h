@@ -145,8 +145,8 @@ int decode_amx(void);
  * 128 == 0, D <= 512) as AMX tile products too, each head's sums the one-head integer kernel's, bit for bit. */
 int decode_amx_values(void);
 /* 1 when that set is "avx512" and the CPU reports AMX-BF16 and AVX512-VBMI (AMX granted, not KVC_ISA=avx512-noamx):
- * its E4M3 key slot then takes 2 to 8 query heads per KV head (D 64 or 128) as BF16 tile products. */
-int decode_amx_e4m3(void);
+ * its E4M3 and BF16 key slots then take 2 to 8 query heads per KV head (D 64 or 128) as BF16 tile products. */
+int decode_amx_bf16(void);
 /* What the fused set adds to its name, for headers: " with VNNI integer keys (AMX tiles: ...)", or "". */
 const char *decode_kernels_note(void);
 /* The tuning of that set when it is "avx512" (kernels.h, KVC_TUNE): "intel", "amd" or "zen4"; "" for the other sets. */

@@ -148,9 +148,10 @@ enum { DECODE_TUNE_AMD = 0, DECODE_TUNE_INTEL = 1, DECODE_TUNE_ZEN4 = 2 };
  * bench_kernels, turns it off (0) or back on (1, where available) for the calls that follow; returns the old value. */
 int decode_avx512_amx(void);
 int decode_avx512_amx_set(int on);
-/* 1 when amx_on and the CPU also reports AMX-BF16 and AVX512-VBMI: the AVX-512 sets' E4M3 key slot then takes 2 to 8
- * heads with W 64 or 128 as BF16 tile products (kernels_avx512.c, amxb_scores: the query in three BF16 parts whose
- * sum is the float32 exactly, so the scores are within float32 rounding of the other kernels', not their bits).
+/* 1 when amx_on and the CPU also reports AMX-BF16 and AVX512-VBMI: the AVX-512 sets' E4M3 and BF16 key slots then
+ * take 2 to 8 heads with W 64 or 128 as BF16 tile products (kernels_avx512.c, amxb_scores: the query in three BF16
+ * parts whose sum is the float32 exactly, so the scores are within float32 rounding of the other kernels', not their
+ * bits).
  * Follows decode_avx512_amx_set. */
 int decode_avx512_amx_bf16(void);
 int decode_avx512_tune(void);

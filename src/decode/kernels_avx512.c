@@ -1703,7 +1703,7 @@ AMXV_FN int amx_int4_vals(float *acc, const float *p, size_t lp, size_t G, const
     return amx_vals(F_INT4, acc, p, lp, G, v, t0, n, scr);
 }
 
-/* ---- E4M3 keys of two to eight heads with AMX-BF16 ---------------------------------------------------------------- */
+/* ---- E4M3 and BF16 keys of two to eight heads with AMX-BF16 ------------------------------------------------------- */
 
 /* Every E4M3 value is a BF16 exactly (4 significant bits, 2^-9 .. 448), and so is 1/256 of it, the unit the E4M3 slots
  * answer in (raw_scale 256). Where amx_on and the CPU reports AMX-BF16 and AVX512-VBMI, the key slot of two to eight
@@ -1717,6 +1717,8 @@ AMXV_FN int amx_int4_vals(float *acc, const float *p, size_t lp, size_t G, const
  *   - A = 16 rows of BF16 values (32 columns a tile), B = the heads' parts (column 4 h + e: part e of head h, e = mid,
  *     lo, hi, 0), so C row t holds each head's three partial scores in its 128-bit lane, which amxb_post adds ((mid
  *     + lo) + hi) and transposes into the heads' score rows.
+ * BF16 keys (amxb_bf16_scores) take the same products with A loaded from the cache rows (row stride), no conversion;
+ * AMX reads a BF16 subnormal key (below 2^-126) as zero.
  * A query with an element that is not finite or passes 2^100 takes the float32 kernels (the sums could overflow),
  * and so does one whose largest element is below 2^-90 (but not zero): AMX reads BF16 subnormals as zero, so parts
  * below 2^-126 count as zero, at most 2^-36 of the largest element when it is 2^-90 or more.
@@ -1794,7 +1796,7 @@ INLINE int amxb_fits(const float *x, size_t n)
     return !nan && m < AMXB_MAX && (m >= AMXB_MIN || m == 0.0f);
 }
 
-/* The AMX key slot takes G heads of W columns. */
+/* The AMX key slots take G heads of W columns. */
 INLINE int amxb_takes(size_t G, size_t W) { return amx_on && amxb_cpu && G >= 2 && G <= 8 && (W == 64 || W == 128); }
 
 /* The natural column at key position P of a converted row (chunks of 64 codes: w[0] then w[1], e4m3_bf16). */
@@ -1831,12 +1833,13 @@ AMXB_INLINE void amxb_rows(uint16_t *ab, const uint8_t *base, size_t rb, size_t 
     }
 }
 
-/* E4M3 keys of G (2..8) heads, W 64 or 128: heads 0..3 one C (tmm1) with its B of chunk z resident (tmm3 + z), heads
- * 4.. a second C (tmm2) whose B is loaded for each chunk (tmm7); A (tmm0) the chunk's 32 columns of 16 rows. In
- * program order a tile's products come first, then the next tile's conversion (into the other of two A buffers),
- * then this tile's sums (amxb_post), so that the tile unit's work, its stores and the conversion overlap. */
+/* E4M3 (bf 0) or BF16 (bf 1) keys of G (2..8) heads, W 64 or 128: heads 0..3 one C (tmm1) with its B of chunk z
+ * resident (tmm3 + z), heads 4.. a second C (tmm2) whose B is loaded for each chunk (tmm7); A (tmm0) the chunk's 32
+ * columns of 16 rows (BF16: from the cache, but for a last tile of fewer rows). E4M3: in program order a tile's
+ * products come first, then the next tile's conversion (into the other of two A buffers), then this tile's sums
+ * (amxb_post), so that the tile unit's work, its stores and the conversion overlap. */
 AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
-                             const size_t W)
+                             const size_t W, const int bf)
 {
     const size_t nz = W / 32, rb = k->row_bytes, ng = G > 4 ? 2 : 1;
     uint16_t bt[2][4][512] __attribute__((aligned(64)));   /* B of group grp, chunk z: row r = 32 words */
@@ -1851,7 +1854,7 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
             UNROLL for (int e = 0; e < 3; e++) _mm512_store_si512((void *)(pw[e] + j), x[e]);
         }
         for (size_t P = 0; P < W; P++) {
-            const size_t c = amxb_kcol(P);
+            const size_t c = bf ? P : amxb_kcol(P);
             uint16_t *w = bt[h / 4][P / 32] + 32 * (P % 32 / 2) + 8 * (h % 4) + P % 2;
             w[0] = (uint16_t)(pw[1][c] >> 16);   /* e 0: mid */
             w[2] = (uint16_t)(pw[2][c] >> 16);   /* e 1: lo */
@@ -1871,15 +1874,22 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
     }
     const AmxbLut lut = amxb_lut();
     const uint8_t *codes = k->codes + t0 * rb;
-    amxb_rows(ab[0], codes, rb, n < 16 ? n : 16, W, &lut);
+    if (!bf) amxb_rows(ab[0], codes, rb, n < 16 ? n : 16, W, &lut);
     for (size_t r = 0, it = 0; r < n; r += 16, it ^= 1) {
         const size_t nr = n - r < 16 ? n - r : 16;
         const uint16_t *a = ab[it];
+        long as = (long)(2 * W);   /* A's row stride */
+        if (bf && nr == 16) {   /* BF16 rows straight from the cache */
+            a = (const uint16_t *)(const void *)(codes + r * rb), as = (long)rb;
+            if (r + 48 <= n) prefetch_range(codes + (r + 32) * rb, 16 * rb);
+        } else if (bf) {   /* the last rows, the last one repeated */
+            for (size_t i = 0; i < 16; i++) memcpy(ab[it] + W * i, codes + (r + (i < nr ? i : nr - 1)) * rb, 2 * W);
+        }
         _tile_zero(1);
         if (ng > 1) _tile_zero(2);
 #define AMXB_CHUNK(z, BT)                                                                                              \
     do {                                                                                                               \
-        _tile_loadd(0, a + 32 * (z), (long)(2 * W));                                                                   \
+        _tile_loadd(0, a + 32 * (z), as);                                                                              \
         _tile_dpbf16ps(1, 0, BT);                                                                                      \
         if (ng > 1) {                                                                                                  \
             _tile_loadd(7, bt[1][z], 64);                                                                              \
@@ -1895,7 +1905,7 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
 #undef AMXB_CHUNK
         _tile_stored(1, cb[0], 64);
         if (ng > 1) _tile_stored(2, cb[1], 64);
-        if (r + 16 < n) {   /* the next tile, and the rows two tiles ahead */
+        if (!bf && r + 16 < n) {   /* the next tile, and the rows two tiles ahead */
             const size_t nn = n - r - 16;
             if (nn > 32) prefetch_range(codes + (r + 48) * rb, 16 * rb);
             amxb_rows(ab[it ^ 1], codes + (r + 16) * rb, rb, nn < 16 ? nn : 16, W, &lut);
@@ -1909,8 +1919,14 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
 AMXB_FN void amxb_e4m3_scores(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
 {
     if (n == 0) return;
-    if (k->W == 64) amxb_scores(s, ls, qp, G, k, t0, n, 64);
-    else amxb_scores(s, ls, qp, G, k, t0, n, 128);
+    if (k->W == 64) amxb_scores(s, ls, qp, G, k, t0, n, 64, 0);
+    else amxb_scores(s, ls, qp, G, k, t0, n, 128, 0);
+}
+AMXB_FN void amxb_bf16_scores(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n)
+{
+    if (n == 0) return;
+    if (k->W == 64) amxb_scores(s, ls, qp, G, k, t0, n, 64, 1);
+    else amxb_scores(s, ls, qp, G, k, t0, n, 128, 1);
 }
 
 /* q4_0 values of one head: as int4's (vv_pass), with a weight per token and block, p x d: per tile of VV_T tokens
@@ -2409,6 +2425,14 @@ static void scores_e4m3(float *s, size_t ls, const float *qp, size_t G, const KR
     for (size_t j = 0; j < G * W; j += 16) _mm512_storeu_ps(ql + j, _mm512_mul_ps(_mm512_loadu_ps(qp + j), _mm512_set1_ps(E4M3_LIFT)));
     HEAD_GROUPS(G, h, scores_gc(F_E4M3, GC, s + h * ls, ls, ql + h * W, k, t0, n, scr + G * W));
 }
+/* BF16 keys of 2-8 heads with W 64 or 128: AMX-BF16 tile products straight from the cache where amxb_takes and the
+ * query fits (amxb_fits), else the AVX2 set's kernel. */
+static void scores_bf16(float *s, size_t ls, const float *qp, size_t G, const KRows *k, size_t t0, size_t n,
+                        float *scr)
+{
+    if (amxb_takes(G, k->W) && amxb_fits(qp, G * k->W)) amxb_bf16_scores(s, ls, qp, G, k, t0, n);
+    else avx2_set()->scores[STORE_BF16](s, ls, qp, G, k, t0, n, scr);
+}
 static void vacc_e4m3(float *acc, const float *p, size_t lp, size_t G, const KRows *v, size_t t0, size_t n, float *scr)
 {
     const size_t W = v->W;
@@ -2505,6 +2529,7 @@ __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512(int
         kernels_avx512.vacc[STORE_F16] = vacc_f16;
         kernels_avx512.scores[STORE_E4M3] = scores_e4m3;   /* results as the AVX2 set's: its raw_scale (256) */
         kernels_avx512.vacc[STORE_E4M3] = vacc_e4m3;
+        kernels_avx512.scores[STORE_BF16] = scores_bf16;   /* the AVX2 set's kernel but for AMX-BF16 shapes */
         kernels_avx512.scores[STORE_INTN] = kivi_scores_slot;
         kernels_avx512.vacc[STORE_INTN] = kivi_vacc_slot;
         kernels_avx512.col_order = col_order_avx512;
