@@ -190,16 +190,16 @@ if grep -q '"amx_keys":[[:space:]]*true' "$tmp/amx.json"; then
         --bw-mib 4 --evict-mib 4 >"$tmp/amx.txt" 2>"$tmp/err"
     grep -q '^# isa: .*AMX tiles' "$tmp/amx.txt" && ok bench-amx-isa-line || bad bench-amx-isa-line "$(grep 'isa:' "$tmp/amx.txt")"
 fi
-# e4m3 keys of 2 and 8 query heads per KV head at D 128 (AMX-BF16 tiles where the CPU has them) pass kvc bench's 1e-5
-# check with and without AMX, and the isa line names them where they run
+# e4m3 and bf16 keys of 2 and 8 query heads per KV head at D 128 (AMX-BF16 tiles where the CPU has them) pass kvc
+# bench's 1e-5 check with and without AMX, and the isa line names them where they run
 for isa in "" avx512-noamx; do
-    KVC_ISA=$isa "$KVC" bench --tokens 3000 --kv-heads 2 --q-heads 4,16 --head-dim 128 --formats e4m3 --threads 1 \
+    KVC_ISA=$isa "$KVC" bench --tokens 3000 --kv-heads 2 --q-heads 4,16 --head-dim 128 --formats e4m3,bf16 --threads 1 \
         --repeat 2 --naive-repeat 0 --bw-mib 4 --evict-mib 4 --format json >"$tmp/e4.json" 2>"$tmp/err"
     rc=$?
-    name="bench-e4m3-gqa-ok-${isa:-default}"
+    name="bench-e4m3-bf16-gqa-ok-${isa:-default}"
     if [ $rc -ne 0 ]; then
         bad "$name" "exit $rc: $(head -c 300 "$tmp/err")"
-    elif [ "$(grep -c '"ok":[[:space:]]*true' "$tmp/e4.json")" -eq 2 ] && ! grep -q '"ok":[[:space:]]*false' "$tmp/e4.json"; then
+    elif [ "$(grep -c '"ok":[[:space:]]*true' "$tmp/e4.json")" -eq 4 ] && ! grep -q '"ok":[[:space:]]*false' "$tmp/e4.json"; then
         ok "$name"
     else
         bad "$name" "$(grep -o '"rel_err":[^,]*' "$tmp/e4.json" | tr '\n' ' ')"
