@@ -154,11 +154,11 @@ int decode_amx_bf16(void) { return !strcmp(fused_kernels()->name, "avx512") && d
 const char *decode_kernels_note(void)
 {
     static char note[192];
-    const int ik = decode_amx(), e4 = decode_amx_bf16(), iv = decode_amx_values();
+    const int ik = decode_amx(), bf = decode_amx_bf16(), iv = decode_amx_values();
     char tiles[160] = "";
-    if (ik || e4)
+    if (ik || bf)
         snprintf(tiles, sizeof tiles, " (AMX tiles: %s%s%s)", ik ? "int8 keys of 2-8 heads, int4 of 5-8" : "",
-                 ik && e4 ? ", e4m3 and bf16 of 2-8 in BF16" : e4 ? "e4m3 and bf16 keys of 2-8 heads in BF16" : "",
+                 ik && bf ? ", e4m3 and bf16 of 2-8 in BF16" : bf ? "e4m3 and bf16 keys of 2-8 heads in BF16" : "",
                  iv ? "; int8 and int4 values of 2-8" : "");
     snprintf(note, sizeof note, "%s%s", decode_vnni() ? " with VNNI integer keys" : "", tiles);
     return note;
