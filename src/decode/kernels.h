@@ -13,7 +13,8 @@
  *   decode_kernels_avx512() the AVX2 set with the int4, q4_0, int8, q8_0, f16, e4m3 and STORE_INTN slots (and
  *                          col_order, max, exp_sum) replaced by AVX-512F/BW/VL kernels (kernels_avx512.c, the
  *                          only file built with -mavx512f -mavx512bw -mavx512vl), which hand the shapes they do
- *                          not take to the AVX2 slots; decode.c uses it when cpuid and xgetbv report AVX-512F,
+ *                          not take to the AVX2 slots (its bf16 key slot: the AVX2 one but for AMX-BF16 shapes,
+ *                          decode_avx512_amx_bf16); decode.c uses it when cpuid and xgetbv report AVX-512F,
  *                          BW, VL and the ZMM state (KVC_ISA=avx2 keeps the AVX2 set). Where cpuid also reports
  *                          AVX512_VNNI its int8, q8_0, int4 and q4_0 key slots (any number of heads; int8 at 2 to 8
  *                          heads, int4 at 5 to 8, through AMX tiles where the CPU has AMX-INT8) take exact

@@ -3,7 +3,9 @@
  * AVX-512F/BW/VL kernels; a second set (the VNNI set) also replaces the int8, q8_0, int4 and q4_0 key slots by
  * integer dot products at any number of heads (int8 keys of 2 to 8 heads and int4 keys of 5 to 8 through AMX tiles
  * where the CPU has AMX-INT8), and the int8, int4 and q4_0 value slots of one head by integer sums (int8 and int4
- * values of 2 to 8 heads through AMX tiles, amx_vals). This file alone is compiled with -mavx512f
+ * values of 2 to 8 heads through AMX tiles, amx_vals). Both sets take e4m3 and bf16 keys of 2 to 8 heads as
+ * AMX-BF16 tile products where the CPU has AMX-BF16 (amxb_scores; the bf16 key slot is otherwise the AVX2 set's).
+ * This file alone is compiled with -mavx512f
  * -mavx512bw -mavx512vl (and the AVX2 flags; the VNNI functions carry target("avx512vnni")); decode.c calls it
  * only after cpuid and
  * xgetbv say the CPU and OS have them (the ZMM and opmask state), the VNNI set only where cpuid reports
