@@ -97,8 +97,10 @@ static unsigned cpu_features(void)
         if (zmm_ok && (b & (1u << 31))) f |= DECODE_CPU_AVX512VL;
         if (zmm_ok && (c & (1u << 11))) f |= DECODE_CPU_AVX512VNNI;
         if (zmm_ok && (c & (1u << 1))) f |= DECODE_CPU_AVX512VBMI;
-        if (zmm_ok && (xlo & 0x60000u) == 0x60000u && (d & (3u << 24)) == (3u << 24)) f |= DECODE_CPU_AMX_INT8;
-        if (zmm_ok && (xlo & 0x60000u) == 0x60000u && (d & (1u << 24)) && (d & (1u << 22))) f |= DECODE_CPU_AMX_BF16;
+        /* AMX-TILE (EDX bit 24) with the tile state enabled (XCR0 bits 17, 18); then AMX-INT8 (25), AMX-BF16 (22) */
+        const int tile_ok = zmm_ok && (xlo & 0x60000u) == 0x60000u && (d & (1u << 24));
+        if (tile_ok && (d & (1u << 25))) f |= DECODE_CPU_AMX_INT8;
+        if (tile_ok && (d & (1u << 22))) f |= DECODE_CPU_AMX_BF16;
     }
     return f;
 }
