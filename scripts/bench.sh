@@ -56,14 +56,16 @@ END {
 }' results/bench.csv.tmp >> results/bench.txt.tmp
 
 # Grouped-query decode (issue 14): the formats people run, at G = 1, 4 and 8 query heads per KV head (8, 32 and 64
-# query heads on 8 KV heads), 1 and 2 threads, no naive path; its rows go to results/bench-gqa.csv, its table and
-# the issue's targets to the end of results/bench.txt.
+# query heads on 8 KV heads), 1 and 2 threads, no naive path, the rows of a format timed in turn (--interleave: the
+# ratios G = 8 / G = 4 and 1 / 2 threads side by side); its rows go to results/bench-gqa.csv, its table and the
+# issue's targets to the end of results/bench.txt.
 $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 128 --threads 1,2 --repeat 10 \
-    --naive-repeat 0 --formats f16,int8,e4m3,q8_0,int4,q4_0,kivi4 --csv-file results/bench-gqa.csv.tmp "$@" \
+    --naive-repeat 0 --interleave --formats f16,int8,e4m3,q8_0,int4,q4_0,kivi4 --csv-file results/bench-gqa.csv.tmp "$@" \
     > results/bench-gqa.txt.tmp
 {
     echo
-    echo "# grouped-query decode (issue 14): 8 KV heads x 8, 32, 64 query heads (G = 1, 4, 8); same shape otherwise"
+    echo "# grouped-query decode (issue 14): 8 KV heads x 8, 32, 64 query heads (G = 1, 4, 8); same shape otherwise;"
+    echo "#   a format's rows timed in turn, one step of each after another (kvc bench --interleave)"
     grep -e '^# bandwidth' -e '^[^#]' results/bench-gqa.txt.tmp
     awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
@@ -101,12 +103,13 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
 if $KVC bench --tokens 64 --kv-heads 1 --head-dim 64 --formats int8 --query int8 --threads 1 --repeat 1 \
         --naive-repeat 0 --bw-mib 1 --evict-mib 0 > /dev/null 2>results/bench-query.err.tmp; then
     $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 128 --threads 1 --repeat 10 \
-        --naive-repeat 0 --formats int8,q8_0,int4,q4_0 --query f32,int16,int8 --csv-file results/bench-query.csv.tmp \
+        --naive-repeat 0 --interleave --formats int8,q8_0,int4,q4_0 --query f32,int16,int8 --csv-file results/bench-query.csv.tmp \
         "$@" > results/bench-query.txt.tmp
     {
         echo
         echo "# rounded query (kvc bench --query f32,int16,int8): int8 / q8_0 / int4 / q4_0 keys, G = 1, 4, 8, 1 thread;"
-        echo "#   rel_err beside the speed: the rounded modes are options above the 1e-5 rule (ok = NO), never the default"
+        echo "#   rel_err beside the speed: the rounded modes are options above the 1e-5 rule (ok = NO), never the default;"
+        echo "#   a format's rows timed in turn (kvc bench --interleave)"
         grep -e '^# bandwidth' -e '^[^#]' results/bench-query.txt.tmp
         awk -F, '
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }

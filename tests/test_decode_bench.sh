@@ -25,6 +25,36 @@ nok=$(tail -n +2 "$tmp/csv" | awk -F, '$24 != "yes" || $25 != "yes"' | wc -l)
 nbw=$(tail -n +2 "$tmp/csv" | awk -F, '{ d = $17 * $16 - 100 * $15; if (d < 0) d = -d }
     !($16 > 0) || d > 0.05 * $16 + 0.005 * $17 + 0.51' | wc -l)
 [ "$nbw" -eq 0 ] && ok bench-row-bandwidth || bad bench-row-bandwidth "$nbw rows with bw_gbps <= 0 or %bw != 100 gbps / bw_gbps"
+# --interleave: the same rows in the same order with the same outputs (format .. bytes, rel_err .. query equal to
+# the default run's: each row's output is its own), each row's own floor, the plan and the header say so; with
+# --query, the rounded modes' rows too (where the machine has the VNNI kernels)
+"$KVC" bench --tokens 300 --kv-heads 2 --q-heads 2,4 --head-dim 64 --formats f16,int4,q8_0,e4m3,lr16/f16,int4ch/int4 \
+    --threads 1,2 --repeat 2 --naive-repeat 1 --bw-mib 8 --evict-mib 4 --format csv --interleave >"$tmp/icsv" 2>"$tmp/err"
+rc=$?
+cut -d, -f1-11,22-26 "$tmp/csv" >"$tmp/a"; cut -d, -f1-11,22-26 "$tmp/icsv" >"$tmp/b"
+nbw=$(tail -n +2 "$tmp/icsv" | awk -F, '{ d = $17 * $16 - 100 * $15; if (d < 0) d = -d }
+    !($16 > 0) || d > 0.05 * $16 + 0.005 * $17 + 0.51' | wc -l)
+[ $rc -eq 0 ] && cmp -s "$tmp/a" "$tmp/b" && [ "$(wc -l <"$tmp/b")" -eq 25 ] && [ "$nbw" -eq 0 ] \
+    && ok bench-interleave-same-rows || bad bench-interleave-same-rows "exit $rc, $nbw bad floors: $(diff "$tmp/a" "$tmp/b" | head -n 4)"
+"$KVC" bench --tokens 64 --kv-heads 1 --q-heads 1,2 --head-dim 32 --formats f16 --threads 1 --repeat 1 --naive-repeat 0 \
+    --bw-mib 4 --evict-mib 4 --interleave >"$tmp/itxt" 2>/dev/null
+"$KVC" bench --tokens 64 --kv-heads 1 --head-dim 32 --formats f16 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
+    --evict-mib 4 --format json --interleave >"$tmp/ijson" 2>/dev/null
+"$KVC" bench --tokens 64 --kv-heads 1 --q-heads 1,2 --head-dim 32 --formats f16 --threads 1 --repeat 1 --naive-repeat 0 \
+    --bw-mib 4 --evict-mib 4 >"$tmp/itxt0" 2>/dev/null
+grep -q '^# order: *--interleave' "$tmp/itxt" && grep -q '^# kvc ' "$tmp/itxt0" && ! grep -q '^# order' "$tmp/itxt0" \
+    && grep -q '"interleave":[[:space:]]*true' "$tmp/ijson" && ok bench-interleave-said || bad bench-interleave-said \
+    "$(grep '^# order' "$tmp/itxt"; grep interleave "$tmp/ijson")"
+if "$KVC" bench --tokens 64 --kv-heads 1 --head-dim 64 --formats int8 --threads 1 --repeat 1 --naive-repeat 0 --bw-mib 4 \
+    --evict-mib 4 --query int8 --format csv >/dev/null 2>&1; then
+    for il in "" --interleave; do
+        "$KVC" bench --tokens 200 --kv-heads 2 --q-heads 2,8 --head-dim 64 --formats int8,q4_0 --threads 1,2 --repeat 2 \
+            --naive-repeat 0 --bw-mib 4 --evict-mib 4 --query f32,int16,int8 --format csv $il 2>/dev/null | cut -d, -f1-11,22-26
+    done >"$tmp/iq"
+    n=$(wc -l <"$tmp/iq")
+    [ "$n" -eq 50 ] && [ "$(head -n 25 "$tmp/iq")" = "$(tail -n 25 "$tmp/iq")" ] && ok bench-interleave-query-modes \
+        || bad bench-interleave-query-modes "$n lines: $(head -n 25 "$tmp/iq" | diff - "$tmp/iq" | head -n 3)"
+fi
 # bytes: f16 K and V of 2 heads x 300 tokens x 64 = 2 * 2 * 300 * 64 * 2 bytes; int4 codes + FP16 scales
 f16=$(awk -F, '$1 == "f16" {print $11; exit}' "$tmp/csv")
 int4=$(awk -F, '$1 == "int4" {print $11; exit}' "$tmp/csv")
@@ -120,6 +150,7 @@ expect_usage bench-rejects-huge-evict "--evict-mib" --evict-mib 65537
 half=$(awk '/^MemTotal:/ { print int($2 / 1024 / 2) + 1 }' /proc/meminfo 2>/dev/null)
 [ -n "$half" ] && [ "$half" -le 65536 ] && expect_usage bench-rejects-evict-over-half-memory "more than half of this machine" --evict-mib "$half"
 expect_usage bench-rejects-twice-query "listed twice" --query int8,f32,int8
+expect_usage bench-rejects-interleave-value "--interleave: takes no value" --interleave=yes
 expect_usage bench-rejects-query-on-f16 "rounds the query only for int8, int4, q8_0 and q4_0 keys.*got f16" \
     --query f32,int8 --formats int8,f16
 expect_usage bench-rejects-query-on-kivi "got kivi4" --query int16 --formats kivi4

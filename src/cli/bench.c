@@ -18,7 +18,7 @@
 const char cmd_bench_usage[] =
     "usage: kvc bench [--tokens T] [--layers L] [--kv-heads H] [--q-heads LIST] [--head-dim D]\n"
     "                 [--formats LIST] [--threads LIST] [--repeat N] [--naive-repeat N] [--bw-mib N]\n"
-    "                 [--evict-mib N]"
+    "                 [--evict-mib N] [--interleave]"
      " [--query LIST] [--seed N] [--format table|csv|json|jsonl]\n"
     "                 [--csv-file PATH]\n"
     "\n"
@@ -49,6 +49,12 @@ const char cmd_bench_usage[] =
     "                    does not find the cache it read last in the last-level cache, as a model's\n"
     "                    decode comes back to a layer's cache only after the other layers' (default:\n"
     "                    the last-level cache's size, at least 32; 0: steps back to back)\n"
+    "  --interleave      time the rows of a format (query heads, query modes, threads) in turn, one step\n"
+    "                    of each row after another, instead of each row's steps together: a slow drift\n"
+    "                    of the machine then falls on every row alike, so that ratios between rows (64\n"
+    "                    query heads against 32, 2 threads against 1) are measured side by side. Each\n"
+    "                    row keeps its warm-ups, its --repeat key and full steps and its own floor; the\n"
+    "                    naive path stays one row after another\n"
     "  --query LIST      how the fused step takes the query; comma list of f32 (default: float32, within\n"
     "                    the 1e-5 rule), int16 and int8 (rounded per head to 16 or 8 bits for int8,\n"
     "                    int4, q8_0 and q4_0 keys, as ggml rounds it to q8_0: faster, and less\n"
@@ -70,7 +76,7 @@ const char cmd_bench_usage[] =
 enum {
     BENCH_TOKENS, BENCH_LAYERS, BENCH_KV_HEADS, BENCH_Q_HEADS, BENCH_HEAD_DIM, BENCH_FORMATS, BENCH_THREADS,
     BENCH_REPEAT, BENCH_NAIVE_REPEAT, BENCH_BW_MIB, BENCH_SEED, BENCH_FORMAT, BENCH_CSV_FILE, BENCH_QUERY,
-    BENCH_EVICT_MIB
+    BENCH_EVICT_MIB, BENCH_INTERLEAVE
 };
 const OptSpec cmd_bench_opts[] = {
     [BENCH_TOKENS] = {"--tokens", NULL, 1},
@@ -88,6 +94,7 @@ const OptSpec cmd_bench_opts[] = {
     [BENCH_CSV_FILE] = {"--csv-file", NULL, 1},
     [BENCH_QUERY] = {"--query", NULL, 1},
     [BENCH_EVICT_MIB] = {"--evict-mib", NULL, 1},
+    [BENCH_INTERLEAVE] = {"--interleave", NULL, 0},
     {NULL, NULL, 0},
 };
 
@@ -224,6 +231,9 @@ static int parse_args(Args *a, int argc, char **argv)
             break;
         case BENCH_QUERY:
             if (parse_query(a, v, w)) return -1;
+            break;
+        case BENCH_INTERLEAVE:
+            o->interleave = 1;
             break;
         case BENCH_CSV_FILE:
             if (!*v) return kvc_fail("bench: --csv-file: empty path (got \"\")");
@@ -406,6 +416,7 @@ static void bench_provenance(cJSON *run, const BenchPlan *o, const double *bw_me
     cJSON_AddNumberToObject(p, "naive_repeat", o->naive_repeat);
     cJSON_AddNumberToObject(p, "bw_mib", (double)o->bw_mib);
     cJSON_AddNumberToObject(p, "evict_mib", (double)o->evict_mib);
+    cJSON_AddBoolToObject(p, "interleave", o->interleave);
     cJSON *qa = cJSON_AddArrayToObject(p, "query");
     for (size_t k = 0; k < (o->n_query ? o->n_query : 1); k++)
         cJSON_AddItemToArray(qa, cJSON_CreateString(bench_query_name(o->n_query ? o->query[k] : BENCH_QUERY_F32)));
@@ -441,6 +452,8 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("# build:    gcc %s, %s\n", __VERSION__, KVC_BUILD_FLAGS);
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);
+    if (o->interleave)
+        printf("# order:    --interleave: the rows of a format timed in turn, one step of each row after another\n");
     if (o->evict_mib)
         printf("# steps:    each timed step after an untimed read of %zu MiB of other memory (--evict-mib), so that "
                "it reads the cache\n#           from memory, not from the last-level cache\n", o->evict_mib);

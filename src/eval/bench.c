@@ -160,18 +160,18 @@ static void tensor_buffers(const StoreTensor *st, const void **buf, size_t *byte
 }
 static volatile float evict_sink;
 
-/* Times `repeat` steps after one untimed warm-up, each after the eviction read (none: ev->n 0); the last output
- * stays in out. */
-static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat, const Evict *ev)
+/* One timed step after the eviction read (none: ev->n 0): seconds. */
+static double timed_step(Decoder *d, float *out, const float *q, DecodeMode mode, const Evict *ev)
 {
-    double *t = xmalloc((size_t)repeat * sizeof *t);
+    if (ev->n) evict_sink += decode_fused_kernels()->read_sum(ev->buf, ev->n);
+    double t0 = decode_now();
     decoder_step(d, out, q, mode);
-    for (int r = 0; r < repeat; r++) {
-        if (ev->n) evict_sink += decode_fused_kernels()->read_sum(ev->buf, ev->n);
-        double t0 = decode_now();
-        decoder_step(d, out, q, mode);
-        t[r] = decode_now() - t0;
-    }
+    return decode_now() - t0;
+}
+
+/* The summary of `repeat` step times (t is rearranged). */
+static BenchStat step_stat(double *t, int repeat)
+{
     BenchStat s = {0, t[0], t[0], 0, 0};
     for (int r = 0; r < repeat; r++) {
         if (t[r] < s.min) s.min = t[r];
@@ -183,6 +183,16 @@ static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode m
     s.mad = median(dev, (size_t)repeat);
     for (int r = 0; r < repeat && s.mad > 0; r++) s.outliers += 0.6745 * fabs(t[r] - s.med) / s.mad > BENCH_OUTLIER_Z;
     free(dev);
+    return s;
+}
+
+/* Times `repeat` steps after one untimed warm-up, each after the eviction read; the last output stays in out. */
+static BenchStat time_steps(Decoder *d, float *out, const float *q, DecodeMode mode, int repeat, const Evict *ev)
+{
+    double *t = xmalloc((size_t)repeat * sizeof *t);
+    decoder_step(d, out, q, mode);
+    for (int r = 0; r < repeat; r++) t[r] = timed_step(d, out, q, mode, ev);
+    BenchStat s = step_stat(t, repeat);
     free(t);
     return s;
 }
@@ -281,9 +291,71 @@ static double rel_error(const float *a, const double *b, size_t n)
 
 /* ---- the run ------------------------------------------------------------------------------------------------- */
 
+/* A row being timed: its decoder and output. */
+typedef struct RowRun {
+    Decoder *d;
+    float *out;   /* the row's last full step */
+} RowRun;
+
+/* Times n rows of one cache (re: their format, query heads, query mode and threads set): each row's floor
+ * (BENCH_ROW_PROBES cold reads of the cache's bytes on its threads before its steps and after them), `repeat` key-side
+ * steps and `repeat` full steps, each after the eviction read and after one untimed warm-up of each kind. One row
+ * (n = 1): its key steps, then its full steps. Several (--interleave): every row's warm-ups, then round by round one
+ * key step of every row, then one full step of every row, so that the machine's drift falls on every row alike. */
+static int time_rows(BenchResult *re, RowRun *rr, size_t n, const DecodeCache *dc, const BenchPlan *p, const float *q,
+                     const void **cbuf, const size_t *cbytes, size_t ncb, const Evict *ev)
+{
+    int rc = 0;
+    const int R = p->repeat;
+    double *bws = xmalloc(n * 2 * BENCH_ROW_PROBES * sizeof *bws), *t = xmalloc(n * 2 * (size_t)R * sizeof *t);
+    for (size_t i = 0; i < n && !rc; i++) {
+        DecodeImpl impl = re[i].query == BENCH_QUERY_INT8 ? DECODE_FUSED_INT8Q
+                          : re[i].query == BENCH_QUERY_INT16 ? DECODE_FUSED_INT16Q : DECODE_FUSED;
+        rr[i].d = decoder_create(dc, re[i].hq, re[i].threads, impl);
+        if (!rr[i].d) rc = -1;
+    }
+    for (size_t i = 0; i < n && !rc; i++)   /* the floors before the steps */
+        rc = decode_read_cold(bws + i * 2 * BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n,
+                              re[i].threads);
+    static const DecodeMode modes[2] = {DECODE_KEYS, DECODE_FULL};
+    if (!rc && n == 1) {
+        for (int ph = 0; ph < 2; ph++) {
+            decoder_step(rr[0].d, rr[0].out, q, modes[ph]);
+            for (int r = 0; r < R; r++) t[ph * R + r] = timed_step(rr[0].d, rr[0].out, q, modes[ph], ev);
+        }
+    } else if (!rc) {
+        for (size_t i = 0; i < n; i++)
+            for (int ph = 0; ph < 2; ph++) decoder_step(rr[i].d, rr[i].out, q, modes[ph]);
+        for (int r = 0; r < R; r++)
+            for (int ph = 0; ph < 2; ph++)
+                for (size_t i = 0; i < n; i++)
+                    t[(i * 2 + (size_t)ph) * (size_t)R + (size_t)r] = timed_step(rr[i].d, rr[i].out, q, modes[ph], ev);
+    }
+    for (size_t i = 0; i < n; i++) {
+        decoder_free(rr[i].d);
+        rr[i].d = NULL;
+    }
+    for (size_t i = 0; i < n && !rc; i++)   /* the floors after */
+        rc = decode_read_cold(bws + i * 2 * BENCH_ROW_PROBES + BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb,
+                              ev->buf, ev->n, re[i].threads);
+    for (size_t i = 0; i < n && !rc; i++) {
+        double *b = bws + i * 2 * BENCH_ROW_PROBES;
+        re[i].keys = step_stat(t + i * 2 * (size_t)R, R);
+        re[i].fused = step_stat(t + (i * 2 + 1) * (size_t)R, R);
+        re[i].bw_max = 0;
+        for (int k = 0; k < 2 * BENCH_ROW_PROBES; k++) {
+            b[k] = (double)re[i].bytes / b[k] / 1e9;
+            if (b[k] > re[i].bw_max) re[i].bw_max = b[k];
+        }
+        re[i].bw = median(b, 2 * BENCH_ROW_PROBES);
+    }
+    free(bws), free(t);
+    return rc;
+}
+
 /* Times every query head count and thread count over one format's cache; appends to res from *nr. */
 static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const BenchFormat *fm, const Source *src,
-                      const float *q, float *out, float *first, double *ref, StoreTensor *K, StoreTensor *V,
+                      const float *q, float *out, double *ref, StoreTensor *K, StoreTensor *V,
                       StoreTensor *Kr, StoreTensor *Vr, const Evict *ev)
 {
     size_t n_kv = p->L * p->Hkv, per = p->T * p->D;
@@ -319,48 +391,30 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
     int rc = 0;
     static const BenchQuery f32_only = BENCH_QUERY_F32;
     const BenchQuery *qm = p->n_query ? p->query : &f32_only;
-    size_t nq = p->n_query ? p->n_query : 1;
-    for (size_t h = 0; h < p->n_hq && !rc; h++) {
-        size_t n_out = p->L * p->hq[h] * p->D;
+    size_t nq = p->n_query ? p->n_query : 1, nrow = p->n_hq * nq * p->n_threads;
+    BenchResult *rows = res + *nr;   /* query head counts, then query modes, then thread counts */
+    RowRun *rr = xcalloc(nrow, sizeof *rr);
+    for (size_t i = 0; i < nrow; i++) {
+        size_t h = i / (nq * p->n_threads), m = i / p->n_threads % nq, k = i % p->n_threads;
+        BenchResult *re = &rows[i];
+        memset(re, 0, sizeof *re);
+        re->format = fm, re->hq = p->hq[h], re->query = qm[m], re->threads = p->threads[k], re->bytes = bytes;
+        rr[i].out = xmalloc(p->L * p->hq[h] * p->D * sizeof *rr[i].out);
+    }
+    /* default: one row after another; --interleave: every row of the format in turn (time_rows) */
+    const size_t step = p->interleave ? nrow : 1;
+    for (size_t i = 0; i < nrow && !rc; i += step)
+        rc = time_rows(rows + i, rr + i, step, &dc, p, q, cbuf, cbytes, ncb, ev);
+    for (size_t h = 0; h < p->n_hq && !rc; h++) {   /* the check against double, the naive path */
+        size_t n_out = p->L * p->hq[h] * p->D, i0 = h * nq * p->n_threads;
         reference(ref, &dc, q, p->hq[h]);
-        for (size_t mk = 0; mk < nq * p->n_threads && !rc; mk++) {   /* query modes, then thread counts */
-            size_t m = mk / p->n_threads, k = mk % p->n_threads;
-            BenchResult *re = &res[*nr];
-            re->format = fm, re->hq = p->hq[h], re->query = qm[m], re->threads = p->threads[k], re->bytes = bytes;
-            DecodeImpl impl = qm[m] == BENCH_QUERY_INT8 ? DECODE_FUSED_INT8Q
-                              : qm[m] == BENCH_QUERY_INT16 ? DECODE_FUSED_INT16Q : DECODE_FUSED;
-            Decoder *d = decoder_create(&dc, p->hq[h], p->threads[k], impl);
-            if (!d) {
-                rc = -1;
-                break;
-            }
-            /* the row's floor: BENCH_ROW_PROBES reads of the cache's bytes on its threads, each after the same
-             * eviction as a step, right before and right after its steps */
-            double bws[2 * BENCH_ROW_PROBES];
-            if (decode_read_cold(bws, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n, p->threads[k])) {
-                decoder_free(d);
-                rc = -1;
-                break;
-            }
-            re->keys = time_steps(d, out, q, DECODE_KEYS, p->repeat, ev);
-            re->fused = time_steps(d, out, q, DECODE_FULL, p->repeat, ev);
-            decoder_free(d);
-            if (decode_read_cold(bws + BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n,
-                                 p->threads[k])) {
-                rc = -1;
-                break;
-            }
-            re->bw_max = 0;
-            for (int i = 0; i < 2 * BENCH_ROW_PROBES; i++) {
-                bws[i] = (double)bytes / bws[i] / 1e9;
-                if (bws[i] > re->bw_max) re->bw_max = bws[i];
-            }
-            re->bw = median(bws, 2 * BENCH_ROW_PROBES);
-            re->rel = rel_error(out, ref, n_out);
-            if (k == 0) memcpy(first, out, n_out * sizeof *out);
-            re->same_threads = memcmp(first, out, n_out * sizeof *out) == 0;
-            if (p->naive_repeat > 0 && qm[m] == BENCH_QUERY_F32) {
-                Decoder *dn = decoder_create(&dc, p->hq[h], p->threads[k], DECODE_NAIVE);
+        for (size_t i = i0; i < i0 + nq * p->n_threads && !rc; i++) {
+            BenchResult *re = &rows[i];
+            re->rel = rel_error(rr[i].out, ref, n_out);
+            const float *first = rr[i - i % p->n_threads].out;   /* the first thread count's, same mode */
+            re->same_threads = memcmp(first, rr[i].out, n_out * sizeof *first) == 0;
+            if (p->naive_repeat > 0 && re->query == BENCH_QUERY_F32) {
+                Decoder *dn = decoder_create(&dc, p->hq[h], re->threads, DECODE_NAIVE);
                 if (!dn) {
                     rc = -1;
                     break;
@@ -369,9 +423,11 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
                 re->has_naive = 1;
                 decoder_free(dn);
             }
-            (*nr)++;
         }
     }
+    if (!rc) *nr += nrow;
+    for (size_t i = 0; i < nrow; i++) free(rr[i].out);
+    free(rr);
     for (size_t i = 0; i < n_kv; i++) {
         store_free(&K[i]);
         store_free(&V[i]);
@@ -411,7 +467,6 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     fill_normal(&r, src.V, n_kv * per);
     fill_normal(&r, src.B, p->D * p->D);
     float *q = xmalloc(p->L * hq_max * p->D * sizeof *q), *out = xmalloc(p->L * hq_max * p->D * sizeof *out);
-    float *first = xmalloc(p->L * hq_max * p->D * sizeof *first);
     fill_normal(&r, q, p->L * hq_max * p->D);
     double *ref = xmalloc(p->L * hq_max * p->D * sizeof *ref);
 
@@ -420,7 +475,7 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     StoreTensor *Kr = xcalloc(n_kv, sizeof *Kr), *Vr = xcalloc(n_kv, sizeof *Vr);
     for (size_t s = 0; s < p->n_formats && !rc; s++) {
         if (progress) fprintf(progress, "kvc bench: %s\n", p->formats[s].name);
-        rc = run_format(res, &nr, p, &p->formats[s], &src, q, out, first, ref, K, V, Kr, Vr, &ev);
+        rc = run_format(res, &nr, p, &p->formats[s], &src, q, out, ref, K, V, Kr, Vr, &ev);
     }
     if (!rc) rc = probe_bandwidth(p, bw_buf, bw_n, samples, n_samples);
     if (!rc) {
@@ -433,7 +488,7 @@ int bench_run(BenchResult *res, double *bw_med, double *bw_max, const BenchPlan 
     }
     for (size_t k = 0; k < p->n_threads; k++) free(samples[k]);
     free(samples), free(n_samples);
-    free(bw_buf), free(src.K), free(src.V), free(src.B), free(q), free(out), free(first), free(ref);
+    free(bw_buf), free(src.K), free(src.V), free(src.B), free(q), free(out), free(ref);
     free(K), free(V), free(Kr), free(Vr);
     return rc;
 }
