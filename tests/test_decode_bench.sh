@@ -161,8 +161,15 @@ if [ -x "$BK" ]; then
     "$BK" 16 >"$tmp/bk" 2>"$tmp/err"
     rc=$?
     rows=$(awk '!/^#/ && $1 != "format" && NF == 11 && $4 > 0 && $5 > 0 && $6 > 0 && $7 > 0 && $8 > 0' "$tmp/bk" | wc -l)
-    [ $rc -eq 0 ] && [ "$rows" -eq 18 ] && ok bench-kernels-table \
-        || bad bench-kernels-table "exit $rc, $rows rows of positive times (want 18: 6 formats x G 1, 4, 8): $(head -c 300 "$tmp/err")"
+    [ $rc -eq 0 ] && [ "$rows" -eq 21 ] && ok bench-kernels-table \
+        || bad bench-kernels-table "exit $rc, $rows rows of positive times (want 21: 7 formats x G 1, 4, 8): $(head -c 300 "$tmp/err")"
+    # the floor: a row's bytes at the bandwidth of the header: the codes (row_B), a token scale (int8, int4: 2),
+    # KIVI's group scales and mins (kivi4 at W = 128, groups of 32: 2 x 2 x 128 / 32 = 16 a row per side)
+    nfl=$(awk '/^# read bandwidth/ { bw = $4 } !/^#/ && $1 != "format" {
+        extra = ($1 == "int8" || $1 == "int4") ? 2 : ($1 == "kivi4") ? 16 : 0
+        want = ($3 + extra) / bw; d = $4 - want; if (d < 0) d = -d
+        if (d > 0.006 + 1e-3 * want) print $1, $2, $4, want }' "$tmp/bk")
+    [ -z "$nfl" ] && grep -q '^kivi4 ' "$tmp/bk" && ok bench-kernels-floor || bad bench-kernels-floor "$nfl"
     "$BK" 3 >/dev/null 2>"$tmp/err"
     [ $? -eq 2 ] && grep -q "MiB must be" "$tmp/err" && ok bench-kernels-rejects-small || bad bench-kernels-rejects-small "$(cat "$tmp/err")"
 else
