@@ -56,8 +56,8 @@ END {
 }' results/bench.csv.tmp >> results/bench.txt.tmp
 
 # Grouped-query decode (issue 14): the formats people run, at G = 1, 4 and 8 query heads per KV head (8, 32 and 64
-# query heads on 8 KV heads), 1 and 2 threads, no naive path, the rows of a format timed in turn (--interleave: the
-# ratios G = 8 / G = 4 and 1 / 2 threads side by side); its rows go to results/bench-gqa.csv, its table and the
+# query heads on 8 KV heads), 1 and 2 threads, no naive path, the rows of a format on the same threads timed in turn
+# (--interleave: the ratio G = 8 / G = 4 side by side); its rows go to results/bench-gqa.csv, its table and the
 # issue's targets to the end of results/bench.txt.
 $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 128 --threads 1,2 --repeat 10 \
     --naive-repeat 0 --interleave --formats f16,int8,e4m3,q8_0,int4,q4_0,kivi4 --csv-file results/bench-gqa.csv.tmp "$@" \
@@ -65,7 +65,7 @@ $KVC bench --tokens 65536 --layers 1 --kv-heads 8 --q-heads 8,32,64 --head-dim 1
 {
     echo
     echo "# grouped-query decode (issue 14): 8 KV heads x 8, 32, 64 query heads (G = 1, 4, 8); same shape otherwise;"
-    echo "#   a format's rows timed in turn, one step of each after another (kvc bench --interleave)"
+    echo "#   a format's rows on the same threads timed in turn, one step of each after another (kvc bench --interleave)"
     grep -e '^# bandwidth' -e '^[^#]' results/bench-gqa.txt.tmp
     awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }

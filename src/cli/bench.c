@@ -49,12 +49,12 @@ const char cmd_bench_usage[] =
     "                    does not find the cache it read last in the last-level cache, as a model's\n"
     "                    decode comes back to a layer's cache only after the other layers' (default:\n"
     "                    the last-level cache's size, at least 32; 0: steps back to back)\n"
-    "  --interleave      time the rows of a format (query heads, query modes, threads) in turn, one step\n"
-    "                    of each row after another, instead of each row's steps together: a slow drift\n"
-    "                    of the machine then falls on every row alike, so that ratios between rows (64\n"
-    "                    query heads against 32, 2 threads against 1) are measured side by side. Each\n"
-    "                    row keeps its warm-ups, its --repeat key and full steps and its own floor; the\n"
-    "                    naive path stays one row after another\n"
+    "  --interleave      time the rows of a format that run on the same threads (its query head counts\n"
+    "                    and query modes) in turn, one step of each row after another, instead of each\n"
+    "                    row's steps together: a slow drift of the machine then falls on every row\n"
+    "                    alike, so that ratios between them (64 query heads against 32) are measured\n"
+    "                    side by side. Each row keeps its warm-ups, its --repeat key and full steps and\n"
+    "                    its own floor; thread counts and the naive path stay one after another\n"
     "  --query LIST      how the fused step takes the query; comma list of f32 (default: float32, within\n"
     "                    the 1e-5 rule), int16 and int8 (rounded per head to 16 or 8 bits for int8,\n"
     "                    int4, q8_0 and q4_0 keys, as ggml rounds it to q8_0: faster, and less\n"
@@ -453,7 +453,8 @@ static void print_machine(const BenchPlan *o, const double *bw_med, const double
     printf("# shape:    layers %zu, kv heads %zu, tokens %zu, head dim %zu; repeat %d (median of timed steps after "
            "1 warm-up)\n", o->L, o->Hkv, o->T, o->D, o->repeat);
     if (o->interleave)
-        printf("# order:    --interleave: the rows of a format timed in turn, one step of each row after another\n");
+        printf("# order:    --interleave: the rows of a format on the same threads timed in turn, one step of each row "
+               "after another\n");
     if (o->evict_mib)
         printf("# steps:    each timed step after an untimed read of %zu MiB of other memory (--evict-mib), so that "
                "it reads the cache\n#           from memory, not from the last-level cache\n", o->evict_mib);

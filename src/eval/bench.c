@@ -297,57 +297,63 @@ typedef struct RowRun {
     float *out;   /* the row's last full step */
 } RowRun;
 
-/* Times n rows of one cache (re: their format, query heads, query mode and threads set): each row's floor
- * (BENCH_ROW_PROBES cold reads of the cache's bytes on its threads before its steps and after them), `repeat` key-side
- * steps and `repeat` full steps, each after the eviction read and after one untimed warm-up of each kind. One row
- * (n = 1): its key steps, then its full steps. Several (--interleave): every row's warm-ups, then round by round one
- * key step of every row, then one full step of every row, so that the machine's drift falls on every row alike. */
-static int time_rows(BenchResult *re, RowRun *rr, size_t n, const DecodeCache *dc, const BenchPlan *p, const float *q,
-                     const void **cbuf, const size_t *cbytes, size_t ncb, const Evict *ev)
+/* Times the n rows re[ix[0..n)] of one cache (their format, query heads, query mode and threads set): each row's
+ * floor (BENCH_ROW_PROBES cold reads of the cache's bytes on its threads before its steps and after them), `repeat`
+ * key-side steps and `repeat` full steps, each after the eviction read and after one untimed warm-up of each kind.
+ * One row (n = 1): its key steps, then its full steps. Several (--interleave: the rows of one thread count): every
+ * row's warm-ups, then round by round one key step of every row, then one full step of every row, so that the
+ * machine's drift falls on every row alike. */
+static int time_rows(BenchResult *re, RowRun *rr, const size_t *ix, size_t n, const DecodeCache *dc,
+                     const BenchPlan *p, const float *q, const void **cbuf, const size_t *cbytes, size_t ncb,
+                     const Evict *ev)
 {
     int rc = 0;
     const int R = p->repeat;
     double *bws = xmalloc(n * 2 * BENCH_ROW_PROBES * sizeof *bws), *t = xmalloc(n * 2 * (size_t)R * sizeof *t);
     for (size_t i = 0; i < n && !rc; i++) {
-        DecodeImpl impl = re[i].query == BENCH_QUERY_INT8 ? DECODE_FUSED_INT8Q
-                          : re[i].query == BENCH_QUERY_INT16 ? DECODE_FUSED_INT16Q : DECODE_FUSED;
-        rr[i].d = decoder_create(dc, re[i].hq, re[i].threads, impl);
-        if (!rr[i].d) rc = -1;
+        const BenchResult *e = &re[ix[i]];
+        DecodeImpl impl = e->query == BENCH_QUERY_INT8 ? DECODE_FUSED_INT8Q
+                          : e->query == BENCH_QUERY_INT16 ? DECODE_FUSED_INT16Q : DECODE_FUSED;
+        rr[ix[i]].d = decoder_create(dc, e->hq, e->threads, impl);
+        if (!rr[ix[i]].d) rc = -1;
     }
     for (size_t i = 0; i < n && !rc; i++)   /* the floors before the steps */
         rc = decode_read_cold(bws + i * 2 * BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb, ev->buf, ev->n,
-                              re[i].threads);
+                              re[ix[i]].threads);
     static const DecodeMode modes[2] = {DECODE_KEYS, DECODE_FULL};
     if (!rc && n == 1) {
         for (int ph = 0; ph < 2; ph++) {
-            decoder_step(rr[0].d, rr[0].out, q, modes[ph]);
-            for (int r = 0; r < R; r++) t[ph * R + r] = timed_step(rr[0].d, rr[0].out, q, modes[ph], ev);
+            decoder_step(rr[ix[0]].d, rr[ix[0]].out, q, modes[ph]);
+            for (int r = 0; r < R; r++) t[ph * R + r] = timed_step(rr[ix[0]].d, rr[ix[0]].out, q, modes[ph], ev);
         }
     } else if (!rc) {
         for (size_t i = 0; i < n; i++)
-            for (int ph = 0; ph < 2; ph++) decoder_step(rr[i].d, rr[i].out, q, modes[ph]);
+            for (int ph = 0; ph < 2; ph++) decoder_step(rr[ix[i]].d, rr[ix[i]].out, q, modes[ph]);
         for (int r = 0; r < R; r++)
             for (int ph = 0; ph < 2; ph++)
-                for (size_t i = 0; i < n; i++)
-                    t[(i * 2 + (size_t)ph) * (size_t)R + (size_t)r] = timed_step(rr[i].d, rr[i].out, q, modes[ph], ev);
+                for (size_t i = 0; i < n; i++) {
+                    const RowRun *x = &rr[ix[i]];
+                    t[(i * 2 + (size_t)ph) * (size_t)R + (size_t)r] = timed_step(x->d, x->out, q, modes[ph], ev);
+                }
     }
     for (size_t i = 0; i < n; i++) {
-        decoder_free(rr[i].d);
-        rr[i].d = NULL;
+        decoder_free(rr[ix[i]].d);
+        rr[ix[i]].d = NULL;
     }
     for (size_t i = 0; i < n && !rc; i++)   /* the floors after */
         rc = decode_read_cold(bws + i * 2 * BENCH_ROW_PROBES + BENCH_ROW_PROBES, BENCH_ROW_PROBES, cbuf, cbytes, ncb,
-                              ev->buf, ev->n, re[i].threads);
+                              ev->buf, ev->n, re[ix[i]].threads);
     for (size_t i = 0; i < n && !rc; i++) {
+        BenchResult *e = &re[ix[i]];
         double *b = bws + i * 2 * BENCH_ROW_PROBES;
-        re[i].keys = step_stat(t + i * 2 * (size_t)R, R);
-        re[i].fused = step_stat(t + (i * 2 + 1) * (size_t)R, R);
-        re[i].bw_max = 0;
+        e->keys = step_stat(t + i * 2 * (size_t)R, R);
+        e->fused = step_stat(t + (i * 2 + 1) * (size_t)R, R);
+        e->bw_max = 0;
         for (int k = 0; k < 2 * BENCH_ROW_PROBES; k++) {
-            b[k] = (double)re[i].bytes / b[k] / 1e9;
-            if (b[k] > re[i].bw_max) re[i].bw_max = b[k];
+            b[k] = (double)e->bytes / b[k] / 1e9;
+            if (b[k] > e->bw_max) e->bw_max = b[k];
         }
-        re[i].bw = median(b, 2 * BENCH_ROW_PROBES);
+        e->bw = median(b, 2 * BENCH_ROW_PROBES);
     }
     free(bws), free(t);
     return rc;
@@ -401,10 +407,23 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
         re->format = fm, re->hq = p->hq[h], re->query = qm[m], re->threads = p->threads[k], re->bytes = bytes;
         rr[i].out = xmalloc(p->L * p->hq[h] * p->D * sizeof *rr[i].out);
     }
-    /* default: one row after another; --interleave: every row of the format in turn (time_rows) */
-    const size_t step = p->interleave ? nrow : 1;
-    for (size_t i = 0; i < nrow && !rc; i += step)
-        rc = time_rows(rows + i, rr + i, step, &dc, p, q, cbuf, cbytes, ncb, ev);
+    /* default: one row after another; --interleave: the rows of each thread count in turn (time_rows). Not rows of
+     * different thread counts: on this project's 2-vCPU VM a 2-thread step between 1-thread ones found its second
+     * vCPU slow to wake (int4, 8 KV heads x 65536 tokens, medians of 3 rounds: 2-thread rows 1.2-1.3x slower when
+     * interleaved with the 1-thread rows, the 1-thread rows the same) */
+    size_t *ix = xmalloc(nrow * sizeof *ix);
+    if (p->interleave)
+        for (size_t k = 0; k < p->n_threads && !rc; k++) {
+            size_t n = 0;
+            for (size_t i = k; i < nrow; i += p->n_threads) ix[n++] = i;
+            rc = time_rows(rows, rr, ix, n, &dc, p, q, cbuf, cbytes, ncb, ev);
+        }
+    else
+        for (size_t i = 0; i < nrow && !rc; i++) {
+            ix[0] = i;
+            rc = time_rows(rows, rr, ix, 1, &dc, p, q, cbuf, cbytes, ncb, ev);
+        }
+    free(ix);
     for (size_t h = 0; h < p->n_hq && !rc; h++) {   /* the check against double, the naive path */
         size_t n_out = p->L * p->hq[h] * p->D, i0 = h * nq * p->n_threads;
         reference(ref, &dc, q, p->hq[h]);

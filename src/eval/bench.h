@@ -59,9 +59,9 @@ typedef struct BenchPlan {
     size_t evict_mib;             /* MiB of other memory read (untimed) before every timed step, so that a step does
                                    * not find the cache it read last in the last-level cache; 0: back to back */
     uint64_t seed;
-    int interleave;               /* 0: the rows one after another; 1: the rows of a format timed in turn, step by
-                                   * step (time_rows in bench.c), so that ratios between them are measured side by
-                                   * side */
+    int interleave;               /* 0: the rows one after another; 1: the rows of a format with the same thread
+                                   * count timed in turn, step by step (time_rows in bench.c), so that ratios between
+                                   * them are measured side by side */
 } BenchPlan;
 
 /* The timed steps of one measurement, as hyperfine summarizes a command: the median and the range, the median
