@@ -408,9 +408,9 @@ static int run_format(BenchResult *res, size_t *nr, const BenchPlan *p, const Be
         rr[i].out = xmalloc(p->L * p->hq[h] * p->D * sizeof *rr[i].out);
     }
     /* default: one row after another; --interleave: the rows of each thread count in turn (time_rows). Not rows of
-     * different thread counts: on this project's 2-vCPU VM a 2-thread step between 1-thread ones found its second
-     * vCPU slow to wake (int4, 8 KV heads x 65536 tokens, medians of 3 rounds: 2-thread rows 1.2-1.3x slower when
-     * interleaved with the 1-thread rows, the 1-thread rows the same) */
+     * different thread counts: on this project's 2-vCPU VM, 2-thread steps between 1-thread ones ran slower (int4,
+     * 8 KV heads x 65536 tokens, medians of 3 rounds: the 2-thread rows 1.16-1.31x, the 1-thread rows the same;
+     * why is not established: the idle second vCPU's wake-up, or the tile state its thread carries) */
     size_t *ix = xmalloc(nrow * sizeof *ix);
     if (p->interleave)
         for (size_t k = 0; k < p->n_threads && !rc; k++) {
