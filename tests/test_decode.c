@@ -1317,6 +1317,11 @@ int main(void)
     /* rows wider than the GQA tile scratch (head by head), and narrow rows (interleaved) */
     run_case("f16", "int4", 1, 1, 4, 70, 544, 0);
     run_case("lr16:int4", "lr32:q8_0", 1, 2, 2, 130, 64, 0);
+    /* f16 keys of 8 heads (AVX-512: transposed tiles of 32 rows, chunks of 32 columns): 3 chunks and a last tile of
+     * 29 rows; 16 heads (two groups) of one chunk and a last tile of 18; 9 heads over two blocks */
+    run_case("f16", "f16", 1, 1, 8, 61, 96, 0);
+    run_case("f16", "q8_0", 1, 2, 16, 50, 32, 0);
+    run_case("f16", "f16", 2, 1, 9, DECODE_BLOCK + 40, 128, 1);
     /* ggml q4_1 / q5_0 / q5_1 / iq4_nl: one query head per KV head over two blocks (threads), G = 2 and 8 (the
      * V tile groups of 8 and 2), rows wider than the V tile (head by head), mixed, low-rank coefficients */
     for (size_t i = nf - 4; i < nf; i++) {

@@ -39,10 +39,11 @@
  * rows' accumulators of a head are reduced together by a shuffle tree to one vector of 16 scores, times the
  * 16 token scales, one (masked) store. 4-bit keys of two or more heads with W % 128 == 0: transposed tiles
  * (key_tile_t), no horizontal sums, two tiles (32 rows) per broadcast query element (the loads bound them too);
- * the same for int8 / e4m3 keys of 8 heads with W % 64 == 0 (key_tile_t8, one byte column = one value).
+ * the same for int8 / e4m3 keys of 8 heads with W % 64 == 0 (key_tile_t8, one byte column = one value) and f16
+ * keys of 8 heads with W % 32 == 0 (key_tile_t16, transposed by words; the FMAs read the query elements).
  * Values: tiles of up to 32 tokens; the weights w = p x the token scale (int4, int8) formed once per tile;
  * columns in groups whose GC x group accumulators (16 vectors) stay in registers over the tile's tokens; each
- * unit converted once per group of heads.
+ * unit converted once per group of heads; at 8 heads the FMAs read the weights themselves.
  * With AVX512_VNNI (the VNNI set): int8, q8_0, int4 and q4_0 keys of any number of heads as exact
  * integer dot products with the query in three 8-bit digits (vpdpbusd over transposed dword tiles; see "keys
  * with AVX-512 VNNI" below); int8, int4 and q4_0 values of one head as exact integer sums over the weights in
@@ -89,7 +90,7 @@ INLINE void prefetch_range(const uint8_t *p, size_t n)
 }
 
 /* The lines of one row of rb bytes at p: its first and last byte's and every 64 bytes between, without a loop for
- * rows of up to 192 bytes (prefetch_range's loop took 15 instructions for a 128-byte row, its set-up included, in
+ * rows of up to 256 bytes (prefetch_range's loop took 15 instructions for a 128-byte row, its set-up included, in
  * the value kernels: tests/count_insns). */
 INLINE void prefetch_row(const uint8_t *p, size_t rb)
 {
@@ -98,7 +99,10 @@ INLINE void prefetch_row(const uint8_t *p, size_t rb)
         _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
         if (rb > 128) {
             _mm_prefetch((const char *)(p + 128), _MM_HINT_T0);
-            if (rb > 192) prefetch_range(p + 192, rb - 192);
+            if (rb > 192) {
+                _mm_prefetch((const char *)(p + 192), _MM_HINT_T0);
+                if (rb > 256) prefetch_range(p + 256, rb - 256);
+            }
         }
     }
     _mm_prefetch((const char *)(p + rb - 1), _MM_HINT_T0);
@@ -514,6 +518,91 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
     }
 }
 
+/* ---- f16 keys of 4 or 8 heads with W % 32 == 0: transposed tiles ------------------------------------------- */
+
+/* Position p (< 32) of a transposed chunk (transpose16x32w) holds column 8 (p % 4) + p / 4 of the chunk's 32. */
+INLINE size_t t16_col(size_t p) { return p / 32 * 32 + 8 * (p % 32 % 4) + p % 32 / 4; }
+
+/* 16 rows x 32 FP16 values (row r at rp[r] + off) transposed in three unpack stages (words, dwords, qwords, within
+ * 128-bit lanes) and one vpermt2q per pair of registers: tb[16 p + r] = value t16_col(p) of row r. */
+INLINE void transpose16x32w(const uint8_t *const *rp, size_t off, uint16_t *tb)
+{
+    __m512i r[16], a[16], b[16], c[2][8];
+    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(rp[i] + off));
+    UNROLL for (int i = 0; i < 8; i++) {   /* a[2i]: words 0..3 of each lane, rows 2i, 2i+1 paired; a[2i+1]: 4..7 */
+        a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int k = 0; k < 4; k++) {   /* b[4k + m]: words 2m, 2m + 1 of each lane, rows 4k..4k+3 */
+        b[4 * k] = _mm512_unpacklo_epi32(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi32(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi32(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi32(a[4 * k + 1], a[4 * k + 3]);
+    }
+    UNROLL for (int h = 0; h < 2; h++)   /* c[h][j], lane L: rows 8h..8h+7 of word 8 L + j */
+        UNROLL for (int m = 0; m < 4; m++) {
+            c[h][2 * m] = _mm512_unpacklo_epi64(b[8 * h + m], b[8 * h + 4 + m]);
+            c[h][2 * m + 1] = _mm512_unpackhi_epi64(b[8 * h + m], b[8 * h + 4 + m]);
+        }
+    const __m512i i01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    UNROLL for (int j = 0; j < 8; j++) {   /* positions 4j..4j+3: words j, 8 + j, 16 + j, 24 + j of the 16 rows */
+        _mm512_store_si512((void *)(tb + 16 * (4 * j)), _mm512_permutex2var_epi64(c[0][j], i01, c[1][j]));
+        _mm512_store_si512((void *)(tb + 16 * (4 * j + 2)), _mm512_permutex2var_epi64(c[0][j], i23, c[1][j]));
+    }
+}
+
+/* acc += the float at p broadcast x x (the FMA reads p itself: no broadcast register, no copies) */
+INLINE __m512 fma_bcast(__m512 acc, __m512 x, const float *p)
+{
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*p));
+    return acc;
+}
+
+/* Rows t..t+nr (nr <= 32) of f16 keys for GC (4 or 8) heads, as key_tile_t8: per chunk of 32 columns the two 16-row
+ * tiles transposed, then per column the 16 rows converted once and one FMA per head and tile that reads the query
+ * element itself (embedded broadcast): lanes = rows, no horizontal sums. qt: the queries interleaved, qt[GC p + g] =
+ * head g's element at position p (t16_col order). The prefetch: 4 lines of the rows two tiles ahead (pf_dist) every
+ * 4 columns, a pointer compare and no loop (the rows' lines are 4 per 4 columns for 32 rows of 128 columns; fewer
+ * columns or rows issue what is left after the last chunk). Measured on the Sapphire Rapids VM (bench_kernels f16
+ * keys, medians of 5 alternating runs, ns a row in L2 / streamed, key_tile -> this): G = 8 36.6 / 42.2 -> 29.1 / 31.6,
+ * a second run 41.6 / 47.8 -> 28.6 / 29.0; tests/count_insns 220 -> 131 instructions a row. At 4 heads 18.1 / 27.0
+ * -> 20.6 / 28.3 (94 instructions against 119, but the 16 shuffles a row share the FMAs' ports), so 4 heads keep
+ * key_tile. */
+INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const float *qt, const KRows *k, size_t t,
+                         size_t nr)
+{
+    const size_t W = k->W, nz = W / 32, rb = k->row_bytes;
+    uint16_t tb[2][16 * 32] __attribute__((aligned(64)));
+    const uint8_t *rp[2][16];
+    const Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, TT, nz * 8);
+    const char *pp = pf.p, *pe = pf.p + 64 * pf.lines;
+    __m512 a[2][8];
+    UNROLL for (int T = 0; T < TT; T++) UNROLL for (int g = 0; g < GC; g++) a[T][g] = _mm512_setzero_ps();
+    for (size_t z = 0; z < nz; z++) {
+        UNROLL for (int T = 0; T < TT; T++) transpose16x32w(rp[T], 64 * z, tb[T]);
+        const float *qz = qt + 32 * (size_t)GC * z;
+        for (size_t P = 0; P < 32; P += 4) {
+            if (pp + 192 < pe) {
+                UNROLL for (int l = 0; l < 4; l++) _mm_prefetch(pp + 64 * l, _MM_HINT_T0);
+                pp += 256;
+            }
+            UNROLL for (int e = 0; e < 4; e++) {
+                __m512 x[2];
+                UNROLL for (int T = 0; T < TT; T++)
+                    x[T] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(tb[T] + 16 * (P + (size_t)e))));
+                const float *qe = qz + (size_t)GC * (P + (size_t)e);
+                UNROLL for (int g = 0; g < GC; g++) UNROLL for (int T = 0; T < TT; T++) a[T][g] = fma_bcast(a[T][g], x[T], qe + g);
+            }
+        }
+    }
+    for (; pp < pe; pp += 64) _mm_prefetch(pp, _MM_HINT_T0);
+    UNROLL for (int T = 0; T < TT; T++) {
+        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
+        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        UNROLL for (int g = 0; g < GC; g++) _mm512_mask_storeu_ps(s + (size_t)g * ls + r0, mk, a[T][g]);
+    }
+}
+
 INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const float *qp, const KRows *k, size_t t0,
                       size_t n, float *scr)
 {
@@ -525,6 +614,17 @@ INLINE void scores_gc(const int F, const int GC, float *s, size_t ls, const floa
             const size_t nr = n - r < 32 ? n - r : 32;
             if (nr > 16) key_tile_t8(F, 2, s + r, ls, scr, k, t0 + r, nr);
             else key_tile_t8(F, 1, s + r, ls, scr, k, t0 + r, nr);
+        }
+        return;
+    }
+    if (F == F_F16 && GC == 8 && k->W % 32 == 0) {   /* scr: the queries, t16_col order, interleaved */
+        const size_t W = k->W;
+        for (size_t p = 0; p < W; p++)
+            for (size_t h = 0; h < (size_t)GC; h++) scr[(size_t)GC * p + h] = qp[h * W + t16_col(p)];
+        for (size_t r = 0; r < n; r += 32) {
+            const size_t nr = n - r < 32 ? n - r : 32;
+            if (nr > 16) key_tile_t16(GC, 2, s + r, ls, scr, k, t0 + r, nr);
+            else key_tile_t16(GC, 1, s + r, ls, scr, k, t0 + r, nr);
         }
         return;
     }
@@ -1269,7 +1369,17 @@ INLINE void val_cols(const int F, const int GC, const int CU, const int PF, floa
         UNROLL for (int c = 0; c < CU; c++) cvt32(F, 1, row + (size_t)c * UB, lut, x[c]);
         UNROLL for (int g = 0; g < GC; g++)
             UNROLL for (int c = 0; c < CU; c++) {
-                const __m512 w = _mm512_set1_ps(wb[(size_t)g * ws + i * per + kc[c]]);
+                const float *wp = wb + (size_t)g * ws + i * per + kc[c];
+                /* 8 heads: the weight read by both FMAs (fma_bcast), no broadcast register. f16 values of 8 heads,
+                 * bench_kernels as key_tile_t16: 25.5 / 40.0 -> 20.1 / 34.5 ns a row, 159 -> 113 instructions; at 4
+                 * heads, where a weight feeds 4 FMAs, about 1 ns a row slower in L2 (f16 12.7 -> 13.9, q8_0 17.7 ->
+                 * 18.6, e4m3 17.3 -> 18.3), so there the broadcast stays */
+                if (CU == 1) {
+                    a[g * 2] = fma_bcast(a[g * 2], x[0][0], wp);
+                    a[g * 2 + 1] = fma_bcast(a[g * 2 + 1], x[0][1], wp);
+                    continue;
+                }
+                const __m512 w = _mm512_set1_ps(*wp);
                 a[g * 2 * CU + 2 * c] = _mm512_fmadd_ps(w, x[c][0], a[g * 2 * CU + 2 * c]);
                 a[g * 2 * CU + 2 * c + 1] = _mm512_fmadd_ps(w, x[c][1], a[g * 2 * CU + 2 * c + 1]);
             }
