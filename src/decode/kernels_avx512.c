@@ -518,7 +518,7 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
     }
 }
 
-/* ---- f16 keys of 4 or 8 heads with W % 32 == 0: transposed tiles ------------------------------------------- */
+/* ---- f16 keys of 8 heads with W % 32 == 0: transposed tiles ------------------------------------------------- */
 
 /* Position p (< 32) of a transposed chunk (transpose16x32w) holds column 8 (p % 4) + p / 4 of the chunk's 32. */
 INLINE size_t t16_col(size_t p) { return p / 32 * 32 + 8 * (p % 32 % 4) + p % 32 / 4; }
@@ -544,7 +544,8 @@ INLINE void transpose16x32w(const uint8_t *const *rp, size_t off, uint16_t *tb)
             c[h][2 * m] = _mm512_unpacklo_epi64(b[8 * h + m], b[8 * h + 4 + m]);
             c[h][2 * m + 1] = _mm512_unpackhi_epi64(b[8 * h + m], b[8 * h + 4 + m]);
         }
-    const __m512i i01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const __m512i i01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i i23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
     UNROLL for (int j = 0; j < 8; j++) {   /* positions 4j..4j+3: words j, 8 + j, 16 + j, 24 + j of the 16 rows */
         _mm512_store_si512((void *)(tb + 16 * (4 * j)), _mm512_permutex2var_epi64(c[0][j], i01, c[1][j]));
         _mm512_store_si512((void *)(tb + 16 * (4 * j + 2)), _mm512_permutex2var_epi64(c[0][j], i23, c[1][j]));
@@ -558,16 +559,16 @@ INLINE __m512 fma_bcast(__m512 acc, __m512 x, const float *p)
     return acc;
 }
 
-/* Rows t..t+nr (nr <= 32) of f16 keys for GC (4 or 8) heads, as key_tile_t8: per chunk of 32 columns the two 16-row
- * tiles transposed, then per column the 16 rows converted once and one FMA per head and tile that reads the query
- * element itself (embedded broadcast): lanes = rows, no horizontal sums. qt: the queries interleaved, qt[GC p + g] =
- * head g's element at position p (t16_col order). The prefetch: 4 lines of the rows two tiles ahead (pf_dist) every
- * 4 columns, a pointer compare and no loop (the rows' lines are 4 per 4 columns for 32 rows of 128 columns; fewer
- * columns or rows issue what is left after the last chunk). Measured on the Sapphire Rapids VM (bench_kernels f16
- * keys, medians of 5 alternating runs, ns a row in L2 / streamed, key_tile -> this): G = 8 36.6 / 42.2 -> 29.1 / 31.6,
- * a second run 41.6 / 47.8 -> 28.6 / 29.0; tests/count_insns 220 -> 131 instructions a row. At 4 heads 18.1 / 27.0
- * -> 20.6 / 28.3 (94 instructions against 119, but the 16 shuffles a row share the FMAs' ports), so 4 heads keep
- * key_tile. */
+/* Rows t..t+nr (nr <= 32) of f16 keys for GC heads (scores_gc takes it for 8; 4 works but measured slower), as
+ * key_tile_t8: per chunk of 32 columns the two 16-row tiles transposed, then per column the 16 rows converted once
+ * and one FMA per head and tile that reads the query element itself (embedded broadcast): lanes = rows, no
+ * horizontal sums. qt: the queries interleaved, qt[GC p + g] = head g's element at position p (t16_col order).
+ * The prefetch: 4 lines of the rows two tiles ahead (pf_dist) every 4 columns, a pointer compare and no loop (the
+ * rows' lines are 4 per 4 columns for 32 rows of 128 columns; fewer columns or rows issue what is left after the
+ * last chunk). Measured on the Sapphire Rapids VM (bench_kernels f16 keys, medians of 5 alternating runs, ns a row
+ * in L2 / streamed, key_tile -> this): G = 8 36.6 / 42.2 -> 29.1 / 31.6, a second run 41.6 / 47.8 -> 28.6 / 29.0;
+ * tests/count_insns 220 -> 132 instructions a row. At 4 heads 18.1 / 27.0 -> 20.6 / 28.3 (94 instructions against
+ * 119, but the 16 shuffles a row share the FMAs' ports), so 4 heads keep key_tile. */
 INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const float *qt, const KRows *k, size_t t,
                          size_t nr)
 {
@@ -588,10 +589,12 @@ INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const 
             }
             UNROLL for (int e = 0; e < 4; e++) {
                 __m512 x[2];
+                const size_t c = P + (size_t)e;
                 UNROLL for (int T = 0; T < TT; T++)
-                    x[T] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(tb[T] + 16 * (P + (size_t)e))));
-                const float *qe = qz + (size_t)GC * (P + (size_t)e);
-                UNROLL for (int g = 0; g < GC; g++) UNROLL for (int T = 0; T < TT; T++) a[T][g] = fma_bcast(a[T][g], x[T], qe + g);
+                    x[T] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(tb[T] + 16 * c)));
+                const float *qe = qz + (size_t)GC * c;
+                UNROLL for (int g = 0; g < GC; g++)
+                    UNROLL for (int T = 0; T < TT; T++) a[T][g] = fma_bcast(a[T][g], x[T], qe + g);
             }
         }
     }
