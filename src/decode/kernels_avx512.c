@@ -599,9 +599,10 @@ INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const 
         }
     }
     for (; pp < pe; pp += 64) _mm_prefetch(pp, _MM_HINT_T0);
-    UNROLL for (int T = 0; T < TT; T++) {
-        const size_t r0 = 16 * (size_t)T, left = nr > r0 ? nr - r0 : 0;
-        const __mmask16 mk = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    UNROLL for (int T = 0; T < TT; T++) {   /* f16 rows have no token scale: only tile_scale's mask is used */
+        const size_t r0 = 16 * (size_t)T;
+        __mmask16 mk;
+        (void)tile_scale(k, t, r0, nr, &mk);
         UNROLL for (int g = 0; g < GC; g++) _mm512_mask_storeu_ps(s + (size_t)g * ls + r0, mk, a[T][g]);
     }
 }
