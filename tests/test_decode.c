@@ -1348,6 +1348,12 @@ int main(void)
     run_case("q8_0", "q8_0", 1, 1, 4, 70, 192, 0);
     run_case("q8_0", "f16", 1, 2, 2, 45, 320, 0);
     run_case("q4_0", "q4_0", 1, 1, 4, 70, 384, 0);
+    /* q4_0 values of 2-8 heads: the tile's block scales converted first (8 rows at a time at D = 128: a last tile
+     * of 13 rows ends on 5; D = 96 one scale at a time), and rows wider than that buffer (D = 544) without it */
+    run_case("f16", "q4_0", 1, 1, 4, 45, 128, 0);
+    run_case("f16", "q4_0", 1, 2, 8, 61, 128, 0);
+    run_case("f16", "q4_0", 1, 1, 2, 40, 96, 0);
+    run_case("f16", "q4_0", 1, 1, 4, 37, 544, 0);
     /* the AVX-512 sets' other tunings (kernels.h, decode_avx512_tune_set: one head per KV head on the AVX2 set's
      * one-head kernels or on the AVX-512 and VNNI kernels; VNNI key tiles of 16 or 32 rows at 4+ heads; the key
      * prefetch distance), those this CPU does not default to */

@@ -77,6 +77,7 @@
 #define INLINE static inline __attribute__((always_inline))
 
 enum { PF_AHEAD = 2048, KT = 16, VT = 32 };   /* prefetch distance (bytes), key tile rows, value tile tokens */
+enum { KV_MAXW = 512 };   /* the widest rows of KIVI's kernels and of val_heads' per-tile block scales */
 /* The formats of this file; F_KIVI: 4-bit grouped intN codes (KIVI's), read as int4's bytes (values 0..15 on the
  * key side, n - 7.5 on the value side). */
 enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3, F_E4M3H };
@@ -235,16 +236,23 @@ INLINE size_t unit_bytes(const int F)
 }
 INLINE int is_block(const int F) { return F == F_Q4_0 || F == F_Q8_0; }
 
+/* The block scale of the unit at p as 16 float lanes: *ds when the caller converted it already (block_scales),
+ * else the FP16 value at p (a word broadcast and a conversion: 3 of the vector ports' operations). */
+INLINE __m512 unit_scale(const uint8_t *p, const float *ds)
+{
+    return ds ? _mm512_set1_ps(*ds) : _mm512_cvtph_ps(_mm256_set1_epi16((short)elem_u16(p)));
+}
+
 /* The 32 values of the unit at p in kernel order, x[0] positions 0..15 and x[1] 16..31. 4 bits: the low
  * nibbles, then the high ones, through the table; int8 / q8_0: bytes 0..15, 16..31; f16: natural. Block
- * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits); q4_0 with LD: the table is
- * scaled instead (one product per block, the same exact values; measured faster except for 8 heads' keys, where
- * the 16 accumulators leave no room for the scaled table). */
-INLINE void cvt32(const int F, const int LD, const uint8_t *p, __m512 lut, __m512 *x)
+ * formats: times the block's FP16 scale (exact: at most 11 x 8 significant bits; ds: that scale as a float, or
+ * NULL); q4_0 with LD: the table is scaled instead (one product per block, the same exact values; measured faster
+ * except for 8 heads' keys, where the 16 accumulators leave no room for the scaled table). */
+INLINE void cvt32(const int F, const int LD, const uint8_t *p, const float *ds, __m512 lut, __m512 *x)
 {
     const uint8_t *c = is_block(F) ? p + 2 : p;
     if (F == F_Q4_0 && LD) {   /* the table times d: one product per block (exact, as (n - 8) d is) */
-        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)elem_u16(p)));
+        const __m512 d = unit_scale(p, ds);
         const __m512 ld = _mm512_mul_ps(lut, d);
         __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
         x[0] = _mm512_permutexvar_ps(b, ld);
@@ -269,7 +277,7 @@ INLINE void cvt32(const int F, const int LD, const uint8_t *p, __m512 lut, __m51
         x[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + 32)));
     }
     if (is_block(F)) {
-        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)elem_u16(p)));
+        const __m512 d = unit_scale(p, ds);
         x[0] = _mm512_mul_ps(x[0], d);
         x[1] = _mm512_mul_ps(x[1], d);
     }
@@ -320,7 +328,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         for (size_t u = 0; u < nu; u++) {
             __m512 x[4][2];
             pf_step(&pf, r0 / (size_t)R * nu + u);
-            UNROLL for (int r = 0; r < R; r++) cvt32(F, GC < 8, rp[r] + u * UB, lut, x[r]);
+            UNROLL for (int r = 0; r < R; r++) cvt32(F, GC < 8, rp[r] + u * UB, NULL, lut, x[r]);
             UNROLL for (int g = 0; g < GC; g++) {
                 __m512 q0 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u);
                 __m512 q1 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u + 16);
@@ -1357,12 +1365,13 @@ VN_FORMATS(1, 1)
  * 11.0 ms (q8_0) and 8.8 instead of 10.7 ms (e4m3), kvc bench, 65536 tokens x 8 KV heads, medians of 3
  * alternating runs.) */
 INLINE void val_cols(const int F, const int GC, const int CU, const int PF, float *acc, size_t W, const float *wb,
-                     size_t ws, size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t u, size_t pfd)
+                     size_t ws, size_t per, size_t gu, const float *ds, size_t nb, const uint8_t *row, size_t rb,
+                     size_t nt, size_t u, size_t pfd)
 {
     const size_t UB = unit_bytes(F);
     const __m512 lut = F == F_KIVI ? lut_half() : lut_centred();
     size_t kc[4];
-    UNROLL for (int c = 0; c < CU; c++) kc[c] = (u + (size_t)c) / gu;
+    UNROLL for (int c = 0; c < CU; c++) kc[c] = F == F_KIVI ? (u + (size_t)c) / gu : 0;   /* else one group */
     __m512 a[16];
     UNROLL for (int g = 0; g < GC; g++)
         UNROLL for (int c = 0; c < 2 * CU; c++) a[g * 2 * CU + c] = _mm512_loadu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c);
@@ -1370,7 +1379,8 @@ INLINE void val_cols(const int F, const int GC, const int CU, const int PF, floa
     for (size_t i = 0; i < nt; i++, row += rb) {
         if (PF) prefetch_row(row + pfd, rb);
         __m512 x[4][2];
-        UNROLL for (int c = 0; c < CU; c++) cvt32(F, 1, row + (size_t)c * UB, lut, x[c]);
+        UNROLL for (int c = 0; c < CU; c++)
+            cvt32(F, 1, row + (size_t)c * UB, ds ? ds + i * nb + u + (size_t)c : NULL, lut, x[c]);
         UNROLL for (int g = 0; g < GC; g++)
             UNROLL for (int c = 0; c < CU; c++) {
                 const float *wp = wb + (size_t)g * ws + i * per + kc[c];
@@ -1395,26 +1405,64 @@ INLINE void val_cols(const int F, const int GC, const int CU, const int PF, floa
 /* Every unit of the tile's rows, CU at a time (the last ones one at a time); the first call also prefetches the
  * rows pfd bytes ahead. */
 INLINE void val_units(const int F, const int GC, const int CU, float *acc, size_t W, const float *wb, size_t ws,
-                      size_t per, size_t gu, const uint8_t *row, size_t rb, size_t nt, size_t nu, size_t pfd)
+                      size_t per, size_t gu, const float *ds, const uint8_t *row, size_t rb, size_t nt, size_t nu,
+                      size_t pfd)
 {
     size_t u;
     if (nu >= (size_t)CU) {
-        val_cols(F, GC, CU, 1, acc, W, wb, ws, per, gu, row, rb, nt, 0, pfd);
-        for (u = (size_t)CU; u + (size_t)CU <= nu; u += (size_t)CU) val_cols(F, GC, CU, 0, acc, W, wb, ws, per, gu, row, rb, nt, u, 0);
+        val_cols(F, GC, CU, 1, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, 0, pfd);
+        for (u = (size_t)CU; u + (size_t)CU <= nu; u += (size_t)CU)
+            val_cols(F, GC, CU, 0, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, u, 0);
     } else {
-        val_cols(F, GC, 1, 1, acc, W, wb, ws, per, gu, row, rb, nt, 0, pfd);
+        val_cols(F, GC, 1, 1, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, 0, pfd);
         u = 1;
     }
-    for (; u < nu; u++) val_cols(F, GC, 1, 0, acc, W, wb, ws, per, gu, row, rb, nt, u, 0);
+    for (; u < nu; u++) val_cols(F, GC, 1, 0, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, u, 0);
 }
 
-/* GC heads (acc, p at the first): tiles of up to VT tokens; weights w = p times the token scale (int4). */
-INLINE void val_heads(const int F, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
-                      size_t n)
+/* ds[i nb + b] = the FP16 scale of block b of row i (nt rows of rb bytes from row; nb blocks of q4_0) as float32,
+ * converted once per tile instead of once per block and column pass in val_cols (a word broadcast and a
+ * two-operation conversion each). W = 128 (nb = 4): per row one masked word permutation puts its 4 scales (words
+ * 0, 9, 18, 27) into lanes 4 r .. 4 r + 3 of 8 rows, then one conversion per 4 rows; other widths one scale at a
+ * time. bench_kernels q4_0 values (Sapphire Rapids VM, medians of 5 and 7 alternating runs, ns a row in L2 /
+ * streamed): G = 4 18.9 / 19.9 -> 15.6 / 17.0 and 16.3 / 18.0 -> 15.2 / 17.5, G = 8 27.2 / 31.6 -> 25.1 / 28.3
+ * and 28.2 / 35.5 -> 26.3 / 32.3; tests/count_insns G = 4 95.7 -> 89.2 (conversions 8 -> 4.25). q8_0 (two
+ * permutations a row, its scales past the first 64 bytes) measured no faster and keeps val_cols' conversion. */
+INLINE void block_scales(float *ds, const uint8_t *row, size_t rb, size_t nt, size_t nb)
+{
+    const size_t UB = sizeof(StoreBlockQ4_0);
+    if (nb != 4) {
+        for (size_t i = 0; i < nt; i++)
+            for (size_t b = 0; b < nb; b++) ds[i * nb + b] = _cvtsh_ss(elem_u16(row + i * rb + b * UB));
+        return;
+    }
+    const __m512i ix = _mm512_set4_epi32(27 << 16 | 18, 9 << 16 | 0, 27 << 16 | 18, 9 << 16 | 0);   /* 4 r + b: 9 b */
+    for (size_t i = 0; i < nt; i += 8) {
+        __m512i x = _mm512_setzero_si512();
+        if (i + 8 <= nt) {   /* constant masks */
+            UNROLL for (int r = 0; r < 8; r++)
+                x = _mm512_mask_permutexvar_epi16(x, (__mmask32)0xF << (4 * r), ix,
+                                                  _mm512_loadu_si512((const void *)(row + (i + (size_t)r) * rb)));
+        } else {
+            for (size_t r = 0; i + r < nt; r++)
+                x = _mm512_mask_permutexvar_epi16(x, (__mmask32)0xF << (4 * r), ix,
+                                                  _mm512_loadu_si512((const void *)(row + (i + r) * rb)));
+        }
+        _mm512_storeu_ps(ds + 4 * i, _mm512_cvtph_ps(_mm512_castsi512_si256(x)));
+        if (i + 4 < nt) _mm512_storeu_ps(ds + 4 * i + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)));
+    }
+}
+
+/* GC heads (acc, p at the first): tiles of up to VT tokens; weights w = p times the token scale (int4). DS (q4_0,
+ * W <= KV_MAXW): the tile's block scales converted first (block_scales). */
+INLINE void val_tiles(const int F, const int GC, const int DS, float *acc, const float *p, size_t lp, const KRows *v,
+                      size_t t0, size_t n)
 {
     const size_t W = v->W, nu = W / 32, rb = v->row_bytes;
     const int CU = GC >= 8 ? 1 : GC == 4 ? 2 : 4;   /* units per column group: GC * 2 * CU <= 16 accumulators */
     float wb[8 * VT] __attribute__((aligned(64)));
+    float ds[DS ? VT * KV_MAXW / 32 : 1];
+    float *const dsp = DS ? ds : NULL;
     for (size_t i0 = 0; i0 < n; i0 += VT) {
         const size_t nt = n - i0 < VT ? n - i0 : VT, t = t0 + i0;
         const __mmask16 m0 = (__mmask16)(nt >= 16 ? 0xFFFFu : (1u << nt) - 1u);
@@ -1434,8 +1482,16 @@ INLINE void val_heads(const int F, const int GC, float *acc, const float *p, siz
         }
         const uint8_t *row = v->codes + t * rb;
         const size_t pfd = nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD;
-        val_units(F, GC, CU, acc, W, wb, VT, 1, nu, row, rb, nt, nu, pfd);
+        if (DS) block_scales(ds, row, rb, nt, nu);
+        val_units(F, GC, CU, acc, W, wb, VT, 1, nu, dsp, row, rb, nt, nu, pfd);
     }
+}
+
+INLINE void val_heads(const int F, const int GC, float *acc, const float *p, size_t lp, const KRows *v, size_t t0,
+                      size_t n)
+{
+    if (F == F_Q4_0 && v->W <= KV_MAXW) val_tiles(F, GC, 1, acc, p, lp, v, t0, n);
+    else val_tiles(F, GC, 0, acc, p, lp, v, t0, n);
 }
 
 /* ---- int8 / int4 values of one query head with AVX-512 VNNI: integer sums over 4-token groups -------------- */
@@ -2168,7 +2224,6 @@ VNNI_INLINE int vq_head(const int VB, float *acc, const float *p, const KRows *v
  * keys per channel (any group of tokens), values per token in groups of a multiple of 32 channels with
  * ceil(W / g) dividing 16. Other intN shapes go to the AVX2 kernels (kernels_kivi_avx2.c). The interface is in
  * natural column order; inside, units of 32 columns in int4's order here (even columns, then odd). */
-enum { KV_MAXW = 512 };
 
 /* 32 natural-order floats (a, b) -> kernel order (the even ones, then the odd ones), and back. */
 INLINE void deinterleave(__m512 a, __m512 b, __m512 *e, __m512 *o)
@@ -2289,7 +2344,7 @@ INLINE void kivi_val_heads(const int GC, float *acc, const float *p, size_t lp, 
         }
         const uint8_t *row = v->codes + t * rb;
         const size_t pfd = nt * rb > PF_AHEAD ? nt * rb : PF_AHEAD;
-        val_units(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, row, rb, nt, nu, pfd);
+        val_units(F_KIVI, GC, CU, ak, W, wb, ws, per, gu, NULL, row, rb, nt, nu, pfd);
     }
     UNROLL for (int g = 0; g < GC; g++) {
         float ml[16], m[16];
