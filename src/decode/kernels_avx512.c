@@ -814,9 +814,12 @@ INLINE __m512i vn_scale_words(const int F, int h)
  * (int4 bytes 64z..; q4_0 the codes of blocks 4z..4z+3), o[c] lane r = packed word c of row r. With d (q8_0, q4_0):
  * each row's chunk is read as its first 64 bytes and the 4 or 8 after, the codes gathered by one word permutation
  * and the block scales put into row lanes by two masked ones (d[k] = block k of the chunk, 16 rows), instead of
- * 16- or 32-byte loads joined by inserts and vn_block_scales' reads (bench_kernels keys in L2, medians of 5-7, ns
- * a row: q8_0 G = 4 11.9-13.0 -> 11.3, q4_0 G = 4 10.2 -> 9.5, G = 2 6.4 -> 5.7; one head within the noise,
- * q4_0 4.9-5.8 -> 5.1, q8_0 6.0-6.1 -> 6.2). */
+ * 16- or 32-byte loads joined by inserts and a separate read of the scales, two word permutations a row per 4
+ * blocks (bench_kernels keys in L2, medians of 5-7, ns a row: q8_0 G = 4 11.9-13.0 -> 11.3, q4_0 G = 4 10.2 ->
+ * 9.5, G = 2 6.4 -> 5.7; one head within the noise, q4_0 4.9-5.8 -> 5.1, q8_0 6.0-6.1 -> 6.2). vn_tile (3, 5-8
+ * heads) reads them this way too since the fifteenth session (on the Sapphire Rapids VM, bench_kernels keys,
+ * medians of 7 alternating runs, ns a row in L2 / streamed: q4_0 G = 8 29.3 / 27.3 -> 22.2 / 20.7, q8_0 G = 8
+ * 23.0 / 23.1 -> 22.6 / 23.3; tests/count_insns q4_0 G = 8 160.6 -> 150.9, q8_0 176.5 -> 164.6). */
 VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m512i *o, __m512 *d)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -882,10 +885,10 @@ VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m51
 /* 16 rows of a chunk z in dwords, transposed (vn_words), stored: 8 bits: tb[16 c + r] = codes 4c..4c+3 of row r
  * (c < 16); 4 bits: packed word c split into tb[16 (2c) + r] (low nibbles) and tb[16 (2c + 1) + r] (high
  * nibbles), each a byte 0..15. */
-VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb)
+VNNI_INLINE void vn_transpose(const int F, const uint8_t *const *rp, size_t z, int32_t *tb, __m512 *d)
 {
     __m512i o[16];
-    vn_words(F, rp, z, o, NULL);
+    vn_words(F, rp, z, o, d);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int c = 0; c < 16; c++) {
         if (vn_4bit(F)) {
@@ -983,59 +986,24 @@ VNNI_INLINE void vn_heads(const int F, const int ND, const int GC, const int TT,
     }
 }
 
-/* d[b] = the FP16 scales of block b (nb blocks of BB bytes from the row's start) of the 16 rows rp[0..16), as 16
- * float lanes. Per group of 4 blocks and row, the group's first bytes are read once (masked: never past the 4th
- * scale) and two word permutations put the row's 4 scales in its lane of two vectors (blocks 4j, 4j + 1 and
- * 4j + 2, 4j + 3), blended in by a mask per row. It replaces a 16-lane gather per block: on a Zen 5 VM at G = 4
- * (bench_kernels, keys in L2, ns a row) the gathers cost 1.2 (q8_0 8.0 against 6.8 with no scales read at all),
- * and this 0.2-0.6 less than they did (8 alternating runs, best: q8_0 8.34 -> 8.15, q4_0 7.94 -> 7.34; the VM's
- * noise is larger than that between runs). */
-VNNI_INLINE void vn_block_scales(const size_t BB, size_t nb, const uint8_t *const *rp, __m512 *d)
-{
-    const __m512i lane16 = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                                            13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i hi16 = _mm512_srli_epi16(lane16, 4);   /* 0 in lanes 0..15, 1 in 16..31 */
-    /* word index of block 0 / 1 (x) and 2 / 3 (y) of a group: byte offset BB b, BB even for both formats */
-    const __m512i ix = _mm512_mullo_epi16(hi16, _mm512_set1_epi16((short)(BB / 2)));
-    const __m512i iy = _mm512_add_epi16(ix, _mm512_set1_epi16((short)BB));
-    for (size_t j = 0; j < nb; j += 4) {
-        const size_t ng = nb - j < 4 ? nb - j : 4, need = (ng - 1) * BB + 2;   /* bytes of the group read */
-        const __mmask64 m0 = need >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << need) - 1;
-        const __mmask64 m1 = need > 64 ? ((__mmask64)1 << (need - 64)) - 1 : 0;
-        __m512i x = _mm512_setzero_si512(), y = _mm512_setzero_si512();
-        UNROLL for (int r = 0; r < 16; r++) {
-            const uint8_t *p = rp[r] + j * BB;
-            const __m512i lo = _mm512_maskz_loadu_epi8(m0, p);
-            const __m512i hi = m1 ? _mm512_maskz_loadu_epi8(m1, p + 64) : lo;
-            const __mmask32 mr = (__mmask32)((1u << r) | (1u << (16 + r)));
-            x = _mm512_mask_blend_epi16(mr, x, _mm512_permutex2var_epi16(lo, ix, hi));
-            if (ng > 2) y = _mm512_mask_blend_epi16(mr, y, _mm512_permutex2var_epi16(lo, iy, hi));
-        }
-        d[j] = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
-        if (ng > 1) d[j + 1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
-        if (ng > 2) d[j + 2] = _mm512_cvtph_ps(_mm512_castsi512_si256(y));
-        if (ng > 3) d[j + 3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(y, 1));
-    }
-}
-
 /* Rows t..t+nr (nr <= 16 TT) of int8 / q8_0 / int4 / q4_0 keys for the G heads: the TT tiles transposed once (and
- * the block scales read once, vn_block_scales), then the heads in groups of 4, 2, 1 (3 digits: 12, or with two tiles 12 and 6,
+ * the block scales read with the codes, vn_words), then the heads in groups of 4, 2, 1 (3 digits: 12, or with two tiles 12 and 6,
  * accumulation chains; 2 digits 8-16; 1 digit, two accumulators per head, 8-16: vpdpbusd's latency is 5 cycles
  * at 2 per cycle). */
 VNNI_INLINE void vn_tile(const int F, const int ND, const int TT, float *s, size_t ls, const int32_t *qd,
                          const int32_t *cor, const float *sq, size_t G, const KRows *k, size_t t, size_t i, size_t nr)
 {
     const size_t W = k->W, cw = vn_4bit(F) ? 32 : 16, nz = W / (4 * cw), rb = k->row_bytes, nw = W / 4, GN = (size_t)ND * G;
-    const size_t BB = F == F_Q4_0 ? sizeof(StoreBlockQ4_0) : sizeof(StoreBlockQ8_0);
     int32_t tb[2 * VN_MAXW / 4 * 16] __attribute__((aligned(64)));
     __m512 dsc[2 * 16];   /* q8_0 / q4_0: W / 32 <= 16 blocks */
     const uint8_t *rp[2][16];
     Prefetch pf = tile_rows(rp, k->codes + t * rb, rb, nr, TT, nw), *pp = &pf;   /* over the first heads' words */
+    /* block formats: the 16 rows' FP16 block scales, per block as 16 lanes (rows past nr repeat row nr - 1), read
+     * with the codes (vn_words) */
+    const size_t CBK = F == F_Q4_0 ? 4 : 2;   /* blocks a chunk */
     UNROLL for (int T = 0; T < TT; T++)
-        for (size_t z = 0; z < nz; z++) vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + cw * z) * 16);
-    if (is_block(F)) {   /* the 16 rows' FP16 block scales, per block as 16 lanes (rows past nr repeat row nr - 1) */
-        UNROLL for (int T = 0; T < TT; T++) vn_block_scales(BB, W / 32, rp[T], dsc + T * 16);
-    }
+        for (size_t z = 0; z < nz; z++)
+            vn_transpose(F, rp[T], z, tb + ((size_t)T * nw + cw * z) * 16, is_block(F) ? dsc + T * 16 + CBK * z : NULL);
     size_t h = 0, N = (size_t)ND;
     for (; h + 4 <= G; h += 4, pp = NULL)
         vn_heads(F, ND, 4, TT, s + h * ls, ls, qd + N * h, cor + N * h, sq + h, GN, tb, dsc, k, t, i, nr, pp);
