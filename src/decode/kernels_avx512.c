@@ -817,9 +817,11 @@ INLINE __m512i vn_scale_words(const int F, int h)
  * 16- or 32-byte loads joined by inserts and a separate read of the scales, two word permutations a row per 4
  * blocks (bench_kernels keys in L2, medians of 5-7, ns a row: q8_0 G = 4 11.9-13.0 -> 11.3, q4_0 G = 4 10.2 ->
  * 9.5, G = 2 6.4 -> 5.7; one head within the noise, q4_0 4.9-5.8 -> 5.1, q8_0 6.0-6.1 -> 6.2). vn_tile (3, 5-8
- * heads) reads them this way too since the fifteenth session (on the Sapphire Rapids VM, bench_kernels keys,
- * medians of 7 alternating runs, ns a row in L2 / streamed: q4_0 G = 8 29.3 / 27.3 -> 22.2 / 20.7, q8_0 G = 8
- * 23.0 / 23.1 -> 22.6 / 23.3; tests/count_insns q4_0 G = 8 160.6 -> 150.9, q8_0 176.5 -> 164.6). */
+ * heads) reads them this way too since the fifteenth session: tests/count_insns G = 8 q4_0 160.6 -> 150.9, q8_0
+ * 176.5 -> 164.6 instructions a row; on the Sapphire Rapids VM (bench_kernels keys, medians of 7, 9 and 11
+ * alternating runs, ns a row in L2 / streamed) q4_0 G = 8 29.3 / 27.3 -> 22.2 / 20.7, 26.6 / 30.7 -> 28.5 / 30.5
+ * and 23.0 / 28.2 -> 22.2 / 23.7, q8_0 G = 8 23.0 / 23.1 -> 22.6 / 23.3 and 23.0 / 28.7 -> 23.3 / 24.5: within
+ * this VM's noise in L2, no worse streamed. */
 VNNI_INLINE void vn_words(const int F, const uint8_t *const *rp, size_t z, __m512i *o, __m512 *d)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -1392,10 +1394,11 @@ INLINE void val_units(const int F, const int GC, const int CU, float *acc, size_
  * converted once per tile instead of once per block and column pass in val_cols (a word broadcast and a
  * two-operation conversion each). W = 128 (nb = 4): per row one masked word permutation puts its 4 scales (words
  * 0, 9, 18, 27) into lanes 4 r .. 4 r + 3 of 8 rows, then one conversion per 4 rows; other widths one scale at a
- * time. bench_kernels q4_0 values (Sapphire Rapids VM, medians of 5 and 7 alternating runs, ns a row in L2 /
- * streamed): G = 4 18.9 / 19.9 -> 15.6 / 17.0 and 16.3 / 18.0 -> 15.2 / 17.5, G = 8 27.2 / 31.6 -> 25.1 / 28.3
- * and 28.2 / 35.5 -> 26.3 / 32.3; tests/count_insns G = 4 95.7 -> 89.2 (conversions 8 -> 4.25). q8_0 (two
- * permutations a row, its scales past the first 64 bytes) measured no faster and keeps val_cols' conversion. */
+ * time. bench_kernels q4_0 values (Sapphire Rapids VM, medians of 5, 7 and 9 alternating runs, ns a row in L2 /
+ * streamed): G = 4 18.9 / 19.9 -> 15.6 / 17.0, 16.3 / 18.0 -> 15.2 / 17.5 and 14.9 / 16.8 -> 13.8 / 15.1; G = 8
+ * 27.2 / 31.6 -> 25.1 / 28.3, 28.2 / 35.5 -> 26.3 / 32.3 and 27.4 / 32.4 -> 25.8 / 31.1; tests/count_insns G = 4
+ * 95.7 -> 89.2 (conversions 8 -> 4.25). q8_0 (two permutations a row, its scales past the first 64 bytes)
+ * measured no faster and keeps val_cols' conversion. */
 INLINE void block_scales(float *ds, const uint8_t *row, size_t rb, size_t nt, size_t nb)
 {
     const size_t UB = sizeof(StoreBlockQ4_0);
