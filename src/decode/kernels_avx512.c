@@ -1335,10 +1335,10 @@ VN_FORMATS(1, 1)
  * 11.0 ms (q8_0) and 8.8 instead of 10.7 ms (e4m3), kvc bench, 65536 tokens x 8 KV heads, medians of 3
  * alternating runs.) */
 INLINE void val_cols(const int F, const int GC, const int CU, const int PF, float *acc, size_t W, const float *wb,
-                     size_t ws, size_t per, size_t gu, const float *ds, size_t nb, const uint8_t *row, size_t rb,
-                     size_t nt, size_t u, size_t pfd)
+                     size_t ws, size_t per, size_t gu, const float *ds, const uint8_t *row, size_t rb, size_t nt,
+                     size_t u, size_t pfd)
 {
-    const size_t UB = unit_bytes(F);
+    const size_t UB = unit_bytes(F), nb = W / 32;   /* ds: nb block scales a row */
     const __m512 lut = F == F_KIVI ? lut_half() : lut_centred();
     size_t kc[4];
     UNROLL for (int c = 0; c < CU; c++) kc[c] = F == F_KIVI ? (u + (size_t)c) / gu : 0;   /* else one group */
@@ -1380,14 +1380,14 @@ INLINE void val_units(const int F, const int GC, const int CU, float *acc, size_
 {
     size_t u;
     if (nu >= (size_t)CU) {
-        val_cols(F, GC, CU, 1, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, 0, pfd);
+        val_cols(F, GC, CU, 1, acc, W, wb, ws, per, gu, ds, row, rb, nt, 0, pfd);
         for (u = (size_t)CU; u + (size_t)CU <= nu; u += (size_t)CU)
-            val_cols(F, GC, CU, 0, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, u, 0);
+            val_cols(F, GC, CU, 0, acc, W, wb, ws, per, gu, ds, row, rb, nt, u, 0);
     } else {
-        val_cols(F, GC, 1, 1, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, 0, pfd);
+        val_cols(F, GC, 1, 1, acc, W, wb, ws, per, gu, ds, row, rb, nt, 0, pfd);
         u = 1;
     }
-    for (; u < nu; u++) val_cols(F, GC, 1, 0, acc, W, wb, ws, per, gu, ds, nu, row, rb, nt, u, 0);
+    for (; u < nu; u++) val_cols(F, GC, 1, 0, acc, W, wb, ws, per, gu, ds, row, rb, nt, u, 0);
 }
 
 /* ds[i nb + b] = the FP16 scale of block b of row i (nt rows of rb bytes from row; nb blocks of q4_0) as float32,
@@ -1410,7 +1410,8 @@ INLINE void block_scales(float *ds, const uint8_t *row, size_t rb, size_t nt, si
     const __m512i ix = _mm512_set4_epi32(27 << 16 | 18, 9 << 16 | 0, 27 << 16 | 18, 9 << 16 | 0);   /* 4 r + b: 9 b */
     for (size_t i = 0; i < nt; i += 8) {
         __m512i x = _mm512_setzero_si512();
-        if (i + 8 <= nt) {   /* constant masks */
+        if (i + 8 <= nt) {   /* constant masks, no test a row (one unrolled loop testing i + r < nt: 89.2 -> 90.4
+                              * instructions a row at G = 4) */
             UNROLL for (int r = 0; r < 8; r++)
                 x = _mm512_mask_permutexvar_epi16(x, (__mmask32)0xF << (4 * r), ix,
                                                   _mm512_loadu_si512((const void *)(row + (i + (size_t)r) * rb)));
