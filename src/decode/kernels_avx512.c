@@ -84,30 +84,49 @@ enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3, F_E4M3H };
 /* F_E4M3 reads E4M3 codes as float32 bits (e4m3_f32), F_E4M3H as FP16 (e4m3_f16, tune_intel): the same bytes. */
 INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
 
-INLINE void prefetch_range(const uint8_t *p, size_t n)
+/* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, where pf_l2 is set (tune_set: Intel),
+ * the L2 only (prefetcht1), which leaves the L1's fill buffers to the demand loads. Measured on the Sapphire Rapids VM
+ * (bench_kernels, streamed, medians of 7-9 alternating runs, ns a row, T0 -> T1): f16 values G = 1 / 2 24.4 / 25.6
+ * -> 17.4 / 18.7, f16 keys G = 1 / 4 16.1 / 26.0 -> 15.1 / 21.9, e4m3 values G = 1 10.1 -> 8.6, int8 values (AMX
+ * tiles) G = 4 / 8 11.5 / 14.5 -> 10.2 / 11.9, int8 / int4 values G = 1 (VNNI) 9.4 / 5.8 -> 8.9 / 5.5; kvc bench
+ * (65536 tokens x 8 KV heads, medians of 3 alternating rounds, ms) f16 8 / 32 query heads 26.4 / 24.8 -> 18.3 /
+ * 23.5, int8 32 / 64 12.0 / 14.5 -> 11.1 / 13.7. Where it measured the same or slower it is not used: f16 values
+ * at G = 4 (17.3 -> 21.1), q8_0 values at G = 1 (8.3 -> 9.3), e4m3 keys at G = 1 (8.1 -> 8.5), q4_0 values at G = 1,
+ * the f16 key tiles of 8 heads, every compute-bound kernel (int4 / q4_0 / q8_0 / KIVI keys and values at G >= 4).
+ * AMD's tunings keep prefetcht0 everywhere: not measured there. */
+static int pf_l2 = 1;
+INLINE void pf_hint(const void *p, const int L2)
+{
+    if (L2 && pf_l2) _mm_prefetch((const char *)p, _MM_HINT_T1);
+    else _mm_prefetch((const char *)p, _MM_HINT_T0);
+}
+INLINE void prefetch_range(const uint8_t *p, size_t n, const int L2)
 {
 #pragma GCC unroll 4
-    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+    for (size_t off = 0; off < n; off += 64) pf_hint(p + off, L2);
 }
 
 /* The lines of one row of rb bytes at p: its first and last byte's and every 64 bytes between, without a loop for
  * rows of up to 256 bytes (prefetch_range's loop took 15 instructions for a 128-byte row, its set-up included, in
  * the value kernels: tests/count_insns). */
-INLINE void prefetch_row(const uint8_t *p, size_t rb)
+INLINE void prefetch_row(const uint8_t *p, size_t rb, const int L2)
 {
-    _mm_prefetch((const char *)p, _MM_HINT_T0);
+    pf_hint(p, L2);
     if (rb > 64) {
-        _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
+        pf_hint(p + 64, L2);
         if (rb > 128) {
-            _mm_prefetch((const char *)(p + 128), _MM_HINT_T0);
+            pf_hint(p + 128, L2);
             if (rb > 192) {
-                _mm_prefetch((const char *)(p + 192), _MM_HINT_T0);
-                if (rb > 256) prefetch_range(p + 256, rb - 256);
+                pf_hint(p + 192, L2);
+                if (rb > 256) prefetch_range(p + 256, rb - 256, L2);
             }
         }
     }
-    _mm_prefetch((const char *)(p + rb - 1), _MM_HINT_T0);
+    pf_hint(p + rb - 1, L2);
 }
+/* which kernels prefetch to the L2 (above) */
+#define KEY_L2(F) ((F) == F_F16)
+#define VAL_L2(F, GC) (((F) == F_F16 && (GC) <= 2) || ((GC) == 1 && is_e4m3(F)))
 
 /* A key tile's software prefetch, spread over its work: the bytes of the tile two tiles ahead, a few lines per step
  * of the tile's loop instead of one burst at its start. Bursts overlapped poorly with the work on an AMD EPYC
@@ -131,14 +150,14 @@ INLINE Prefetch pf_spread(const uint8_t *p, size_t n, size_t steps)
 static size_t pf_cap = (size_t)-1;   /* the tuning's largest distance (tune_set) */
 INLINE size_t pf_dist(size_t tile_bytes) { return 2 * tile_bytes < pf_cap ? 2 * tile_bytes : pf_cap; }
 /* step j of the tile's loop: its share of the lines */
-INLINE void pf_step(const Prefetch *c, size_t j)
+INLINE void pf_step(const Prefetch *c, size_t j, const int L2)
 {
     /* as addresses, not line numbers: a loop over lines l took 9 instructions to set up and 5 a line (f16 keys of 4
      * heads, 36 instructions a row for 4 lines: tests/count_insns) */
     const uintptr_t a = (uintptr_t)c->p, end = a + 64 * c->lines, stride = 64 * c->per;
     uintptr_t q = a + j * stride, e = q + stride;
     if (e > end) e = end;
-    for (; q < e; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T0);
+    for (; q < e; q += 64) pf_hint((const void *)q, L2);
 }
 /* one line per step j (loops whose steps must stay light; pf_rest issues what is left) */
 INLINE void pf_line(const Prefetch *c, size_t j)
@@ -327,7 +346,7 @@ INLINE void key_tile(const int F, const int GC, float *s, size_t ls, const float
         UNROLL for (int m = 0; m < R * GC * A; m++) a[m] = _mm512_setzero_ps();
         for (size_t u = 0; u < nu; u++) {
             __m512 x[4][2];
-            pf_step(&pf, r0 / (size_t)R * nu + u);
+            pf_step(&pf, r0 / (size_t)R * nu + u, KEY_L2(F));
             UNROLL for (int r = 0; r < R; r++) cvt32(F, GC < 8, rp[r] + u * UB, NULL, lut, x[r]);
             UNROLL for (int g = 0; g < GC; g++) {
                 __m512 q0 = _mm512_loadu_ps(qp + (size_t)g * W + 32 * u);
@@ -411,7 +430,7 @@ INLINE void key_tile_t(const int F, const int GC, const int TT, float *s, size_t
         const float *qz = qt + 128 * z;
         for (size_t P = 0; P < 64; P += 2) {   /* two byte columns per round: 2A chains per head when A > 1 */
             __m512 lo[2][2], hi[2][2];
-            pf_step(&pf, 32 * z + P / 2);
+            pf_step(&pf, 32 * z + P / 2, 0);
             UNROLL for (int T = 0; T < TT; T++)
                 UNROLL for (int e = 0; e < 2; e++) {
                     __m512i b = _mm512_cvtepu8_epi32(
@@ -506,7 +525,7 @@ INLINE void key_tile_t8(const int F, const int TT, float *s, size_t ls, const fl
         const float *qz = qt + 64 * z;
         for (size_t P = 0; P < 64; P++) {
             __m512 x[2];
-            pf_step(&pf, 64 * z + P);
+            pf_step(&pf, 64 * z + P, 0);
             UNROLL for (int T = 0; T < TT; T++) x[T] = cvt_col8(F, tb[T] + 16 * P);
             UNROLL for (int g = 0; g < 8; g++) {
                 const __m512 q = _mm512_set1_ps(qz[(size_t)g * W + P]);
@@ -1220,7 +1239,7 @@ AMX_INLINE void amx_scores(const int F, float *s, size_t ls, const int32_t *qd, 
                 for (size_t i = 0; i < 16; i++) memcpy(ab + i * W, rp[0][i], W);
         }
         if (nr == 16 && r + 48 <= n)   /* the rows two tiles ahead */
-            for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, F == F_INT4 ? W / 2 : W);
+            for (size_t i = 0; i < 16; i++) prefetch_range(k->codes + (t + 32 + i) * rb, F == F_INT4 ? W / 2 : W, 0);
         _tile_zero(1);
         if (ng > 1) _tile_zero(2);
         AMX_LOAD_A(0);   /* the register numbers must be literals: C of group grp = grp + 1, B = 3 + 2 z + grp */
@@ -1347,7 +1366,7 @@ INLINE void val_cols(const int F, const int GC, const int CU, const int PF, floa
         UNROLL for (int c = 0; c < 2 * CU; c++) a[g * 2 * CU + c] = _mm512_loadu_ps(acc + (size_t)g * W + 32 * u + 16 * (size_t)c);
     row += u * UB;
     for (size_t i = 0; i < nt; i++, row += rb) {
-        if (PF) prefetch_row(row + pfd, rb);
+        if (PF) prefetch_row(row + pfd, rb, VAL_L2(F, GC));
         __m512 x[4][2];
         UNROLL for (int c = 0; c < CU; c++)
             cvt32(F, 1, row + (size_t)c * UB, ds ? ds + i * nb + u + (size_t)c : NULL, lut, x[c]);
@@ -1598,7 +1617,7 @@ VNNI_INLINE void vv_pass(const int F, const uint8_t *row0, size_t rb, size_t nt,
     for (size_t g = 0; g < nt; g += 4) {
         const uint8_t *r[4];
         UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (g + (size_t)i < nt ? g + (size_t)i : nt - 1) * rb + cb * z;
-        if (pfd) prefetch_range(row0 + g * rb + pfd, 4 * rb);
+        if (pfd) prefetch_range(row0 + g * rb + pfd, 4 * rb, 1);
         const int32_t *wg = wd + g / 4;
         const int NC = F == F_INT4 ? 1 : 2;   /* 64-byte chunks of the pass */
         UNROLL for (int c = 0; c < NC; c++) {
@@ -1792,7 +1811,7 @@ AMXV_INLINE int amx_vals(const int F, float *acc, const float *p, size_t lp, siz
             const uint8_t *r[4];
             if (nt == VV_T) UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (4 * g + (size_t)i) * rb;
             else UNROLL for (int i = 0; i < 4; i++) r[i] = row0 + (4 * g + (size_t)i < nt ? 4 * g + (size_t)i : nt - 1) * rb;
-            for (size_t j = 0; j < pb; j++, pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            for (size_t j = 0; j < pb; j++, pf += 64) pf_hint(pf, 1);
             av_group(F, bt, r, g, nz);
         }
         if (!configured) _tile_loadconfig(&cfg), configured = 1;
@@ -1817,7 +1836,7 @@ AMXV_INLINE int amx_vals(const int F, float *acc, const float *p, size_t lp, siz
                 _tile_stored(4, cb[1], 64);
                 _tile_stored(7, cb[3], 64);
             }
-            for (size_t j = 0; j < pa; j++, pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            for (size_t j = 0; j < pa; j++, pf += 64) pf_hint(pf, 1);
             for (size_t h = 0; h < G; h++) {
                 if (sw[h] == 0.0f) continue;
                 const __m512 s = _mm512_set1_ps(sw[h]);
@@ -2025,7 +2044,7 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
         long as = (long)(2 * W);   /* A's row stride */
         if (bf && nr == 16) {   /* BF16 rows straight from the cache */
             a = (const uint16_t *)(const void *)(codes + r * rb), as = (long)rb;
-            if (r + 48 <= n) prefetch_range(codes + (r + 32) * rb, 16 * rb);
+            if (r + 48 <= n) prefetch_range(codes + (r + 32) * rb, 16 * rb, 0);
         } else if (bf) {   /* the last rows, the last one repeated */
             for (size_t i = 0; i < 16; i++) memcpy(ab[it] + W * i, codes + (r + (i < nr ? i : nr - 1)) * rb, 2 * W);
         }
@@ -2051,7 +2070,7 @@ AMXB_INLINE void amxb_scores(float *s, size_t ls, const float *qp, size_t G, con
         if (ng > 1) _tile_stored(2, cb[1], 64);
         if (!bf && r + 16 < n) {   /* the next tile, and the rows two tiles ahead */
             const size_t nn = n - r - 16;
-            if (nn > 32) prefetch_range(codes + (r + 48) * rb, 16 * rb);
+            if (nn > 32) prefetch_range(codes + (r + 48) * rb, 16 * rb, 0);
             amxb_rows(ab[it ^ 1], codes + (r + 16) * rb, rb, nn < 16 ? nn : 16, W, &lut);
         }
         const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFFu : (1u << nr) - 1u);
@@ -2157,7 +2176,7 @@ VNNI_INLINE void vq_pass(const int VB, const uint8_t *row0, size_t rb, size_t nt
                 _mm_loadu_si128((const __m128i *)(const void *)(c + 3 * BB)), 1);
             x[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         }
-        if (pfd) prefetch_range(row0 + g * rb + pfd, 4 * rb);
+        if (pfd) prefetch_range(row0 + g * rb + pfd, 4 * rb, 0);
         vv_interleave4(x, y);
         const __m512i *wg = wq + 3 * (g / 4);
         UNROLL for (int m = 0; m < 4; m++) {
@@ -2710,6 +2729,7 @@ __attribute__((target("no-avx512f"))) void decode_avx512_tune_set(int tune)
     tune_intel = tune == DECODE_TUNE_INTEL;
     tune_zen4 = tune == DECODE_TUNE_ZEN4;
     pf_cap = tune_zen4 ? 4096 : (size_t)-1;
+    pf_l2 = tune_intel;
 }
 
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
