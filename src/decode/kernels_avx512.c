@@ -85,15 +85,19 @@ enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3, F_E4M3H };
 INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
 
 /* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, where pf_l2 is set (tune_set: Intel),
- * the L2 only (prefetcht1), which leaves the L1's fill buffers to the demand loads. Measured on the Sapphire Rapids VM
+ * the L2 only (prefetcht1; why it helps these kernels and not others, these VMs' missing counters cannot say: perhaps
+ * it leaves the L1's fill buffers to the demand loads). Measured on the Sapphire Rapids VM
  * (bench_kernels, streamed, medians of 7-9 alternating runs, ns a row, T0 -> T1): f16 values G = 1 / 2 24.4 / 25.6
  * -> 17.4 / 18.7, f16 keys G = 1 / 4 16.1 / 26.0 -> 15.1 / 21.9, e4m3 values G = 1 10.1 -> 8.6, int8 values (AMX
  * tiles) G = 4 / 8 11.5 / 14.5 -> 10.2 / 11.9, int8 / int4 values G = 1 (VNNI) 9.4 / 5.8 -> 8.9 / 5.5; kvc bench
  * (65536 tokens x 8 KV heads, medians of 3 alternating rounds, ms) f16 8 / 32 query heads 26.4 / 24.8 -> 18.3 /
  * 23.5, int8 32 / 64 12.0 / 14.5 -> 11.1 / 13.7. Where it measured the same or slower it is not used: f16 values
  * at G = 4 (17.3 -> 21.1), q8_0 values at G = 1 (8.3 -> 9.3), e4m3 keys at G = 1 (8.1 -> 8.5), q4_0 values at G = 1,
- * the f16 key tiles of 8 heads, every compute-bound kernel (int4 / q4_0 / q8_0 / KIVI keys and values at G >= 4).
- * AMD's tunings keep prefetcht0 everywhere: not measured there. */
+ * the f16 key tiles of 8 heads, the AMX int8 keys (4.9 -> 6.7 in L2, the same streamed), the AMX-BF16 e4m3 keys
+ * (G = 2 / 4 9.3 / 9.9 -> 11.2 / 11.5), every compute-bound kernel (int4 / q4_0 / q8_0 / KIVI keys and values at
+ * G >= 4); the ninth session's T1 everywhere measured no better than T0. The test of pf_l2 costs about 6
+ * instructions a row (count_insns: f16 keys G = 4 120.7 -> 127.9, f16 values G = 1 38.6 -> 44.8, int8 values G = 4
+ * 44.6 -> 49.0), in kernels the memory bounds. AMD's tunings keep prefetcht0 everywhere: not measured there. */
 static int pf_l2 = 1;
 INLINE void pf_hint(const void *p, const int L2)
 {
