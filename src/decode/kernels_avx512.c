@@ -87,7 +87,8 @@ INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
 /* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, where pf_l2 is set (tune_set: Intel),
  * the L2 only (prefetcht1; why it helps these kernels and not others, these VMs' missing counters cannot say: perhaps
  * it leaves the L1's fill buffers to the demand loads). Measured on the Sapphire Rapids VM
- * (bench_kernels, streamed, medians of 7-9 alternating runs, ns a row, T0 -> T1): f16 values G = 1 / 2 24.4 / 25.6
+ * (bench_kernels, streamed 256 MiB a side, of which the VM's 480 MiB L3 may hold some, medians of 7-9 alternating
+ * runs, ns a row, T0 -> T1): f16 values G = 1 / 2 24.4 / 25.6
  * -> 17.4 / 18.7, f16 keys G = 1 / 4 16.1 / 26.0 -> 15.1 / 21.9, e4m3 values G = 1 10.1 -> 8.6, int8 values (AMX
  * tiles) G = 4 / 8 11.5 / 14.5 -> 10.2 / 11.9, int8 / int4 values G = 1 (VNNI) 9.4 / 5.8 -> 8.9 / 5.5; kvc bench
  * (65536 tokens x 8 KV heads, medians of 3 alternating rounds, ms) f16 8 / 32 query heads 26.4 / 24.8 -> 18.3 /
