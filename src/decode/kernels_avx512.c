@@ -84,7 +84,16 @@ enum { F_INT4, F_Q4_0, F_INT8, F_Q8_0, F_F16, F_KIVI, F_E4M3, F_E4M3H };
 /* F_E4M3 reads E4M3 codes as float32 bits (e4m3_f32), F_E4M3H as FP16 (e4m3_f16, tune_intel): the same bytes. */
 INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
 
-/* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, where pf_l2 is set (tune_set: Intel),
+/* The kernel choices that were measured to differ between machines (kernels.h, decode_avx512_tune): tune_intel 1 =
+ * Intel's (Intel Sapphire Rapids VMs), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): how E4M3 is
+ * read (e4m3_f16 on Intel), one query head per KV head (tune_zen4's f16 keys and q8_0 values, DEFINE_FORMAT), the
+ * VNNI key tiles' height at four or more heads (vn_scores), the key tiles' prefetch distance (pf_cap) and where
+ * some kernels prefetch (pf_hint: the L2 on Intel). Set once
+ * with the set (cpuid's vendor and family, or KVC_TUNE), or by
+ * decode_avx512_tune_set. */
+static int tune_intel = 1, tune_zen4 = 0;
+
+/* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, on Intel (tune_intel),
  * the L2 only (prefetcht1; why it helps these kernels and not others, these VMs' missing counters cannot say: perhaps
  * it leaves the L1's fill buffers to the demand loads). Measured on the Sapphire Rapids VM
  * (bench_kernels, streamed 256 MiB a side, of which the VM's 480 MiB L3 may hold some, medians of 7-9 alternating
@@ -96,13 +105,12 @@ INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
  * at G = 4 (17.3 -> 21.1), q8_0 values at G = 1 (8.3 -> 9.3), e4m3 keys at G = 1 (8.1 -> 8.5), q4_0 values at G = 1,
  * the f16 key tiles of 8 heads, the AMX int8 keys (4.9 -> 6.7 in L2, the same streamed), the AMX-BF16 e4m3 keys
  * (G = 2 / 4 9.3 / 9.9 -> 11.2 / 11.5), every compute-bound kernel (int4 / q4_0 / q8_0 / KIVI keys and values at
- * G >= 4); the ninth session's T1 everywhere measured no better than T0. The test of pf_l2 costs about 6
+ * G >= 4); the ninth session's T1 everywhere measured no better than T0. The test of tune_intel costs about 6
  * instructions a row (count_insns: f16 keys G = 4 120.7 -> 127.9, f16 values G = 1 38.6 -> 44.8, int8 values G = 4
  * 44.6 -> 49.0), in kernels the memory bounds. AMD's tunings keep prefetcht0 everywhere: not measured there. */
-static int pf_l2 = 1;
 INLINE void pf_hint(const void *p, const int L2)
 {
-    if (L2 && pf_l2) _mm_prefetch((const char *)p, _MM_HINT_T1);
+    if (L2 && tune_intel) _mm_prefetch((const char *)p, _MM_HINT_T1);
     else _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 INLINE void prefetch_range(const uint8_t *p, size_t n, const int L2)
@@ -173,14 +181,6 @@ INLINE void pf_rest(const Prefetch *c, size_t from)
 {
     for (size_t l = from; l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
 }
-
-/* The kernel choices that were measured to differ between machines (kernels.h, decode_avx512_tune): tune_intel 1 =
- * Intel's (Intel Sapphire Rapids VMs), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): how E4M3 is
- * read (e4m3_f16 on Intel), one query head per KV head (tune_zen4's f16 keys and q8_0 values, DEFINE_FORMAT), the
- * VNNI key tiles' height at four or more heads (vn_scores) and the key tiles' prefetch distance (pf_cap). Set once
- * with the set (cpuid's vendor and family, or KVC_TUNE), or by
- * decode_avx512_tune_set. */
-static int tune_intel = 1, tune_zen4 = 0;
 
 /* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
  * (1 where the rows have none). */
@@ -2734,7 +2734,6 @@ __attribute__((target("no-avx512f"))) void decode_avx512_tune_set(int tune)
     tune_intel = tune == DECODE_TUNE_INTEL;
     tune_zen4 = tune == DECODE_TUNE_ZEN4;
     pf_cap = tune_zen4 ? 4096 : (size_t)-1;
-    pf_l2 = tune_intel;
 }
 
 __attribute__((target("no-avx512f"))) const KernelSet *decode_kernels_avx512_rounded(int digits)
