@@ -160,9 +160,16 @@ BK=${KVC_TESTBIN:-build/tests}/bench_kernels
 if [ -x "$BK" ]; then
     "$BK" 16 >"$tmp/bk" 2>"$tmp/err"
     rc=$?
-    rows=$(awk '!/^#/ && $1 != "format" && NF == 11 && $4 > 0 && $5 > 0 && $6 > 0 && $7 > 0 && $8 > 0' "$tmp/bk" | wc -l)
+    rows=$(awk '!/^#/ && $1 != "format" && NF == 12 && $4 > 0 && $5 > 0 && $6 > 0 && $7 > 0 && $8 > 0' "$tmp/bk" | wc -l)
     [ $rc -eq 0 ] && [ "$rows" -eq 21 ] && ok bench-kernels-table \
         || bad bench-kernels-table "exit $rc, $rows rows of positive times (want 21: 7 formats x G 1, 4, 8): $(head -c 300 "$tmp/err")"
+    # bound: 2 floor / (max(keys_L2, floor) + max(vals_L2, floor)) where both sides have the row's floor (not kivi4,
+    # whose sides differ), within the printed digits, and never above 100 %
+    badb=$(awk '!/^#/ && $1 != "format" && NF == 12 {
+        f = $4; k = $5 > f ? $5 : f; v = $7 > f ? $7 : f; b = $12 + 0;
+        if (b <= 0 || b > 100.05 || ($1 != "kivi4" && (b - 200 * f / (k + v) > 0.2 || 200 * f / (k + v) - b > 0.2))) print $1 " G " $2 ": " $12 }' "$tmp/bk")
+    [ $rc -eq 0 ] && [ -z "$badb" ] && [ "$rows" -eq 21 ] && ok bench-kernels-bound \
+        || bad bench-kernels-bound "the bound column disagrees with floor and the L2 times: $badb"
     # the floor: a row's bytes at the bandwidth of the header: the codes (row_B), a token scale (int8, int4: 2),
     # KIVI's group scales and mins (kivi4 at W = 128, groups of 32: 2 x 2 x 128 / 32 = 16 a row per side)
     nfl=$(awk '/^# read bandwidth/ { bw = $4 } !/^#/ && $1 != "format" {
