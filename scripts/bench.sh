@@ -162,6 +162,9 @@ if [ -x "$KERNELS" ]; then
     $KERNELS 1024 > results/bench-kernels.txt.tmp   # 1 GiB per format: past any last-level cache
     mv results/bench-kernels.txt.tmp results/bench-kernels.txt
     { echo; echo "# where the time goes per cached row (results/bench-kernels.txt, tests/bench_kernels.c):"; cat results/bench-kernels.txt; } >> results/bench.txt.tmp
+    # ... and which missed targets that work rules out (scripts/bench-bound.sh)
+    sh scripts/bench-bound.sh results/bench-kernels.txt results/bench-gqa.csv.tmp >> results/bench.txt.tmp ||
+        echo "bench.sh: bench-bound.sh failed; results/bench.txt has no bound section" >&2
 else
     echo "bench.sh: $KERNELS is not built (make testbin, or make bench); results/bench-kernels.txt left as it was" >&2
 fi

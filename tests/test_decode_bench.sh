@@ -255,4 +255,41 @@ if grep -q '"amx_bf16_keys":[[:space:]]*true' "$tmp/amx.json"; then
         --bw-mib 4 --evict-mib 4 >"$tmp/amx.txt" 2>"$tmp/err"
     grep -q '^# isa: .*e4m3 and bf16 .*in BF16' "$tmp/amx.txt" && ok bench-amx-e4m3-isa-line || bad bench-amx-e4m3-isa-line "$(grep 'isa:' "$tmp/amx.txt")"
 fi
+# scripts/bench-bound.sh (make bench: issue 14's targets against the kernels' bound) on a made-up kernels table and
+# kvc bench CSV: q4_0's G = 4 bound 52.2 < 60 is ruled out, q8_0's 85.8 > 75 is within the work; q4_0's G = 8
+# work alone, 2 x 4.5 / 0.286 ns a row x 65536 x 8 rows = 16.50 ms, over its G = 4 step of 10 ms is 1.65 (ruled
+# out), q8_0's 2 x 8.6 / 0.535 x 524288 = 16.86 ms over 14 ms 1.20 (within); a 2-thread or int8-query row is
+# not read; a file without rows, or a missing one, exits 2
+cat >"$tmp/bk.txt" <<'KT'
+# a bench_kernels table
+format   G  row_B    floor  keys_L2 keys_mem  vals_L2 vals_mem     step   %floor  overlap   bound
+q4_0     4     72     4.50     8.70     9.60     8.90     9.40    19.00    47.4%     0.85   52.2%
+q4_0     8     72     4.50    16.70    17.10    15.40    15.80    32.90    27.4%     0.91   28.6%
+q8_0     4    136     8.60    10.70    11.80     9.50    12.60    24.40    70.5%     0.75   85.8%
+q8_0     8    136     8.60    16.70    19.30    15.60    19.50    38.80    44.3%     0.63   53.5%
+KT
+cat >"$tmp/gqa.csv" <<'KT'
+format,layers,kv_heads,q_heads,tokens,threads,ms_median,pct_bw,query
+q4_0,1,8,32,65536,1,10.0,47.4,f32
+q4_0,1,8,64,65536,1,17.5,27.0,f32
+q4_0,1,8,32,65536,2,5.0,99.0,f32
+q8_0,1,8,32,65536,1,14.0,72.1,f32
+q8_0,1,8,32,65536,1,1.0,99.0,int8
+q8_0,1,8,64,65536,1,22.4,45.0,f32
+KT
+sh scripts/bench-bound.sh "$tmp/bk.txt" "$tmp/gqa.csv" >"$tmp/bb.txt" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ] &&
+    grep -q '^  q4_0 *G=4 %bw *47.4 *>= 60 *52.2 *MISSED, ruled out by the work$' "$tmp/bb.txt" &&
+    grep -q '^  q4_0 *G8/G4 *1.75 *<= 1.3 *1.65 *MISSED, ruled out by the work$' "$tmp/bb.txt" &&
+    grep -q '^  q8_0 *G=4 %bw *72.1 *>= 75 *85.8 *MISSED, within the work$' "$tmp/bb.txt" &&
+    grep -q '^  q8_0 *G8/G4 *1.60 *<= 1.3 *1.20 *MISSED, within the work$' "$tmp/bb.txt" &&
+    [ "$(grep -c '^  q' "$tmp/bb.txt")" -eq 4 ]; then
+    ok bench-bound-verdicts
+else
+    bad bench-bound-verdicts "exit $rc: $(cat "$tmp/bb.txt" "$tmp/err" | tr '\n' '|' | head -c 600)"
+fi
+sh scripts/bench-bound.sh "$tmp/gqa.csv" "$tmp/gqa.csv" >/dev/null 2>&1; r1=$?
+sh scripts/bench-bound.sh "$tmp/bk.txt" "$tmp/missing.csv" >/dev/null 2>&1; r2=$?
+[ $r1 -eq 2 ] && [ $r2 -eq 2 ] && ok bench-bound-rejects || bad bench-bound-rejects "exits $r1 (no kernel rows), $r2 (missing file); want 2"
 exit $fail
