@@ -88,9 +88,8 @@ INLINE int is_e4m3(const int F) { return F == F_E4M3 || F == F_E4M3H; }
  * Intel's (Intel Sapphire Rapids VMs), 0 = AMD's (an AMD Zen 5 VM; with tune_zen4, an AMD Zen 4 VM's): how E4M3 is
  * read (e4m3_f16 on Intel), one query head per KV head (tune_zen4's f16 keys and q8_0 values, DEFINE_FORMAT), the
  * VNNI key tiles' height at four or more heads (vn_scores), the key tiles' prefetch distance (pf_cap) and where
- * some kernels prefetch (pf_hint: the L2 on Intel). Set once
- * with the set (cpuid's vendor and family, or KVC_TUNE), or by
- * decode_avx512_tune_set. */
+ * some kernels prefetch (pf_hint: the L2 on Intel). Set once with the set (cpuid's vendor and family, or KVC_TUNE),
+ * or by decode_avx512_tune_set. */
 static int tune_intel = 1, tune_zen4 = 0;
 
 /* Where a software prefetch puts its line: L2 = 0, the L1 (prefetcht0); L2 = 1, on Intel (tune_intel),
@@ -175,11 +174,11 @@ INLINE void pf_step(const Prefetch *c, size_t j, const int L2)
 /* one line per step j (loops whose steps must stay light; pf_rest issues what is left) */
 INLINE void pf_line(const Prefetch *c, size_t j)
 {
-    if (j < c->lines) _mm_prefetch(c->p + 64 * j, _MM_HINT_T0);
+    if (j < c->lines) pf_hint(c->p + 64 * j, 0);
 }
 INLINE void pf_rest(const Prefetch *c, size_t from)
 {
-    for (size_t l = from; l < c->lines; l++) _mm_prefetch(c->p + 64 * l, _MM_HINT_T0);
+    for (size_t l = from; l < c->lines; l++) pf_hint(c->p + 64 * l, 0);
 }
 
 /* The 16 rows r0.. of a tile of nr rows from token t: *mk their mask (rows below nr), and their FP16 token scales
@@ -616,7 +615,7 @@ INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const 
         const float *qz = qt + 32 * (size_t)GC * z;
         for (size_t P = 0; P < 32; P += 4) {
             if (pp + 192 < pe) {
-                UNROLL for (int l = 0; l < 4; l++) _mm_prefetch(pp + 64 * l, _MM_HINT_T0);
+                UNROLL for (int l = 0; l < 4; l++) pf_hint(pp + 64 * l, 0);
                 pp += 256;
             }
             UNROLL for (int e = 0; e < 4; e++) {
@@ -630,7 +629,7 @@ INLINE void key_tile_t16(const int GC, const int TT, float *s, size_t ls, const 
             }
         }
     }
-    for (; pp < pe; pp += 64) _mm_prefetch(pp, _MM_HINT_T0);
+    for (; pp < pe; pp += 64) pf_hint(pp, 0);
     UNROLL for (int T = 0; T < TT; T++) {   /* f16 rows have no token scale: only tile_scale's mask is used */
         const size_t r0 = 16 * (size_t)T;
         __mmask16 mk;
